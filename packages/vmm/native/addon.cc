@@ -1,0 +1,69 @@
+// Module entry: the error-class hand-off and argument helpers; the cuda and host
+// functions live in cuda_binding.cc and host_binding.cc.
+#include "addon.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace gmvmm {
+
+void ThrowVmmError(Napi::Env env, const std::string& code, const std::string& call, const std::string& message) {
+  auto* state = env.GetInstanceData<AddonState>();
+  if (state != nullptr && !state->errorClass.IsEmpty()) {
+    Napi::Object err = state->errorClass.New(
+        {Napi::String::New(env, code), Napi::String::New(env, call), Napi::String::New(env, message)});
+    throw Napi::Error(env, err);
+  }
+  Napi::Error err = Napi::Error::New(env, message);
+  err.Set("code", Napi::String::New(env, code));
+  err.Set("call", Napi::String::New(env, call));
+  throw err;
+}
+
+uint64_t ArgU64(const Napi::CallbackInfo& info, size_t index, const char* what) {
+  Napi::Env env = info.Env();
+  if (index >= info.Length() || !info[index].IsNumber()) {
+    throw Napi::TypeError::New(env, std::string("expected a number for ") + what);
+  }
+  double v = info[index].As<Napi::Number>().DoubleValue();
+  if (!(v >= 0) || v > 9007199254740991.0 || std::floor(v) != v) {
+    throw Napi::RangeError::New(env, std::string(what) + " must be a non-negative safe integer");
+  }
+  return static_cast<uint64_t>(v);
+}
+
+int ArgInt(const Napi::CallbackInfo& info, size_t index, const char* what) {
+  uint64_t v = ArgU64(info, index, what);
+  if (v > 0x7fffffff) throw Napi::RangeError::New(info.Env(), std::string(what) + " out of range");
+  return static_cast<int>(v);
+}
+
+std::string Hex(uint64_t value) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(value));
+  return buf;
+}
+
+namespace {
+Napi::Value SetErrorClass(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsFunction()) {
+    throw Napi::TypeError::New(info.Env(), "setErrorClass expects a constructor");
+  }
+  auto* state = info.Env().GetInstanceData<AddonState>();
+  state->errorClass = Napi::Persistent(info[0].As<Napi::Function>());
+  return info.Env().Undefined();
+}
+
+}  // namespace
+}  // namespace gmvmm
+
+static Napi::Object InitModule(Napi::Env env, Napi::Object exports) {
+  using namespace gmvmm;
+  env.SetInstanceData(new AddonState());
+  exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass, "setErrorClass"));
+  InitCuda(env, exports);
+  InitHost(env, exports);
+  return exports;
+}
+
+NODE_API_MODULE(gmlake_vmm, InitModule)

@@ -1,0 +1,394 @@
+/**
+ * The bookkeeping that makes the host and sim drivers refuse what CUDA refuses: virtual
+ * reservations, the mappings inside each, and physical handles with their map counts.
+ *
+ * Reservations sit in one array sorted by start; each keeps its mappings in parallel
+ * arrays sorted by start, so every check is a binary search over that reservation's
+ * mappings (a replay makes tens of thousands of map calls). A plain allocation
+ * (memAlloc) is a reservation holding one accessible mapping of an internal handle, so
+ * data access treats both alike.
+ */
+import { INVALID_VALUE, NOT_SUPPORTED, OUT_OF_MEMORY, hex, vmmError } from "./vmm-error.js";
+
+/**
+ * Error codes CUDA gives for each misuse, as an H200 (driver 580.159, CUDA 13.0) answered
+ * them (bench/misuse-probe.mjs; bench/RESULTS.md has the whole table).
+ */
+export const MISUSE_CODES = {
+  /** cuMemMap over bytes that are already mapped. */
+  mapOverMapped: INVALID_VALUE,
+  /** cuMemMap of part of a handle (offset != 0 or size != the handle's size): only whole handles map. */
+  partialMap: NOT_SUPPORTED,
+  /** cuMemUnmap of a range that cuts a mapping. */
+  unmapPartial: INVALID_VALUE,
+  /** cuMemAddressFree of a reservation that still has mappings. */
+  freeWithMappings: INVALID_VALUE,
+} as const;
+
+/** One physical allocation as the bookkeeping sees it. */
+export class PhysicalRecord {
+  mapCount = 0;
+  released = false;
+  constructor(
+    readonly id: number,
+    readonly size: number,
+    /** What the driver keeps for it (host: the native handle; sim: its page store). */
+    readonly payload: unknown,
+  ) {}
+  /** Memory goes back once released and no longer mapped (as in CUDA). */
+  get freed(): boolean {
+    return this.released && this.mapCount === 0;
+  }
+}
+
+export class Reservation {
+  readonly mapStart: number[] = [];
+  readonly mapEnd: number[] = [];
+  readonly mapOffset: number[] = [];
+  readonly mapRecord: PhysicalRecord[] = [];
+  readonly mapAccess: boolean[] = [];
+  constructor(
+    readonly start: number,
+    readonly end: number,
+    /** Set for memAlloc ranges, which memAddressFree must not free. */
+    readonly isAlloc: boolean,
+  ) {}
+  get size(): number {
+    return this.end - this.start;
+  }
+  /** Index of the last mapping starting at or before `address`, or -1. */
+  floor(address: number): number {
+    const s = this.mapStart;
+    let lo = 0;
+    let hi = s.length - 1;
+    let found = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      if (s[mid]! <= address) {
+        found = mid;
+        lo = mid + 1;
+      } else hi = mid - 1;
+    }
+    return found;
+  }
+}
+
+/** Called for each piece of a data access: `length` bytes at `handleOffset` in `record`, `bufferOffset` into the caller's bytes. */
+export type SegmentVisitor = (record: PhysicalRecord, handleOffset: number, length: number, bufferOffset: number) => void;
+
+export class AddressSpace {
+  private readonly starts: number[] = [];
+  private readonly reservations: Reservation[] = [];
+  /** Physical bytes held: created and not yet freed, plus plain allocations. */
+  liveBytes = 0;
+  peakBytes = 0;
+
+  constructor(
+    readonly granularity: number,
+    /** Physical bytes available; memCreate / memAlloc past it fail with CUDA_ERROR_OUT_OF_MEMORY. */
+    readonly capacity: number,
+  ) {}
+
+  get reservationCount(): number {
+    return this.reservations.length;
+  }
+  /** Mappings across all reservations (allocations excluded). */
+  get mappingCount(): number {
+    let n = 0;
+    for (const r of this.reservations) if (!r.isAlloc) n += r.mapStart.length;
+    return n;
+  }
+
+  // ---- physical ----
+
+  /** Counts `bytes` as held, or throws CUDA_ERROR_OUT_OF_MEMORY. */
+  charge(call: string, bytes: number): void {
+    if (bytes > this.capacity - this.liveBytes) {
+      throw vmmError(
+        OUT_OF_MEMORY,
+        call,
+        `size=${bytes}`,
+        `${bytes} bytes requested, ${this.capacity - this.liveBytes} of ${this.capacity} free`,
+      );
+    }
+    this.liveBytes += bytes;
+    if (this.liveBytes > this.peakBytes) this.peakBytes = this.liveBytes;
+  }
+  refund(bytes: number): void {
+    this.liveBytes -= bytes;
+  }
+
+  checkAligned(call: string, what: string, value: number): void {
+    if (value % this.granularity !== 0) {
+      throw vmmError(INVALID_VALUE, call, `${what}=${value}`, `${what} is not a multiple of the granularity ${this.granularity}`);
+    }
+  }
+
+  /** Marks a record released; returns true when its memory goes back now (not mapped). */
+  release(call: string, record: PhysicalRecord): boolean {
+    if (record.released) throw vmmError(INVALID_VALUE, call, `handle #${record.id}`, "handle was already released");
+    record.released = true;
+    if (record.mapCount === 0) {
+      this.refund(record.size);
+      return true;
+    }
+    return false;
+  }
+
+  // ---- reservations ----
+
+  private indexOfStart(start: number): number {
+    const s = this.starts;
+    let lo = 0;
+    let hi = s.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (s[mid]! < start) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  /** The reservation holding every byte of [address, address+size), if one does. */
+  containing(address: number, size: number): Reservation | undefined {
+    const i = this.indexOfStart(address + 1) - 1;
+    if (i < 0) return undefined;
+    const r = this.reservations[i]!;
+    return address >= r.start && address + size <= r.end ? r : undefined;
+  }
+
+  addReservation(start: number, size: number, isAlloc: boolean): Reservation {
+    const r = new Reservation(start, start + size, isAlloc);
+    const i = this.indexOfStart(start);
+    this.starts.splice(i, 0, start);
+    this.reservations.splice(i, 0, r);
+    return r;
+  }
+
+  /** The reservation starting exactly at `start`, if any. */
+  at(start: number): Reservation | undefined {
+    const i = this.indexOfStart(start);
+    return this.starts[i] === start ? this.reservations[i] : undefined;
+  }
+
+  /** Checks a cuMemAddressFree and removes the reservation. */
+  freeReservation(call: string, address: number, size: number): Reservation {
+    const args = () => `ptr=${hex(address)}, size=${size}`;
+    const r = this.at(address);
+    if (!r || r.isAlloc) throw vmmError(INVALID_VALUE, call, args, "no reservation starts at this address");
+    if (r.size !== size) throw vmmError(INVALID_VALUE, call, args, `the reservation is ${r.size} bytes`);
+    if (r.mapStart.length > 0) {
+      throw vmmError(MISUSE_CODES.freeWithMappings, call, args, `${r.mapStart.length} mapping(s) still live in the reservation`);
+    }
+    this.removeReservation(r);
+    return r;
+  }
+
+  removeReservation(r: Reservation): void {
+    const i = this.indexOfStart(r.start);
+    this.starts.splice(i, 1);
+    this.reservations.splice(i, 1);
+  }
+
+  /** First gap of `size` bytes aligned to `alignment` in [base, limit), or -1: the sim's VA allocator. */
+  findGap(size: number, alignment: number, base: number, limit: number): number {
+    let cursor = base;
+    for (const r of this.reservations) {
+      if (r.end <= cursor) continue;
+      const aligned = Math.ceil(cursor / alignment) * alignment;
+      if (aligned + size <= r.start) return aligned;
+      cursor = Math.max(cursor, r.end);
+    }
+    const aligned = Math.ceil(cursor / alignment) * alignment;
+    return aligned + size <= limit ? aligned : -1;
+  }
+
+  // ---- mappings ----
+
+  /** Checks a cuMemMap and records it. */
+  map(call: string, address: number, size: number, offset: number, record: PhysicalRecord): void {
+    const args = () => `ptr=${hex(address)}, size=${size}, offset=${offset}, handle #${record.id}`;
+    const g = this.granularity;
+    if (size === 0) throw vmmError(INVALID_VALUE, call, args, "size is 0");
+    if (record.released) throw vmmError(INVALID_VALUE, call, args, "handle was released");
+    // CUDA 13 on an H200 refuses partial maps before anything else (even an unaligned size).
+    if (offset !== 0 || size !== record.size) {
+      throw vmmError(MISUSE_CODES.partialMap, call, args, `only whole handles map: offset 0 and size ${record.size}`);
+    }
+    if (address % g !== 0) {
+      throw vmmError(INVALID_VALUE, call, args, `ptr must be a multiple of the granularity ${g}`);
+    }
+    const r = this.containing(address, size);
+    if (!r || r.isAlloc) throw vmmError(INVALID_VALUE, call, args, "the range is not inside one reservation");
+    const k = r.floor(address);
+    const overlapsBefore = k >= 0 && r.mapEnd[k]! > address;
+    const overlapsAfter = k + 1 < r.mapStart.length && r.mapStart[k + 1]! < address + size;
+    if (overlapsBefore || overlapsAfter) {
+      throw vmmError(MISUSE_CODES.mapOverMapped, call, args, "part of the range is already mapped");
+    }
+    const at = k + 1;
+    if (at === r.mapStart.length) {
+      // Appending (the common case: a stitch maps left to right); splice would allocate.
+      r.mapStart.push(address);
+      r.mapEnd.push(address + size);
+      r.mapOffset.push(offset);
+      r.mapRecord.push(record);
+      r.mapAccess.push(false);
+    } else {
+      r.mapStart.splice(at, 0, address);
+      r.mapEnd.splice(at, 0, address + size);
+      r.mapOffset.splice(at, 0, offset);
+      r.mapRecord.splice(at, 0, record);
+      r.mapAccess.splice(at, 0, false);
+    }
+    record.mapCount++;
+  }
+
+  /**
+   * The mappings [first, last] that exactly tile [address, address+size) with no gap, or
+   * a VmmError naming the first byte that breaks the rule.
+   */
+  private tiling(call: string, args: () => string, address: number, size: number): { r: Reservation; first: number; last: number } {
+    const g = this.granularity;
+    if (size === 0) throw vmmError(INVALID_VALUE, call, args, "size is 0");
+    if (address % g !== 0 || size % g !== 0) {
+      throw vmmError(INVALID_VALUE, call, args, `ptr and size must be multiples of the granularity ${g}`);
+    }
+    const r = this.containing(address, size);
+    if (!r || r.isAlloc) throw vmmError(INVALID_VALUE, call, args, "the range is not inside one reservation");
+    const first = r.floor(address);
+    if (first < 0 || r.mapEnd[first]! <= address) throw vmmError(INVALID_VALUE, call, args, `${hex(address)} is not mapped`);
+    if (r.mapStart[first] !== address) {
+      throw vmmError(INVALID_VALUE, call, args, "the range starts inside a mapping");
+    }
+    const end = address + size;
+    let last = first;
+    while (r.mapEnd[last]! < end) {
+      const next = last + 1;
+      if (next >= r.mapStart.length || r.mapStart[next] !== r.mapEnd[last]) {
+        throw vmmError(INVALID_VALUE, call, args, `${hex(r.mapEnd[last]!)} is not mapped`);
+      }
+      last = next;
+    }
+    if (r.mapEnd[last] !== end) {
+      throw vmmError(INVALID_VALUE, call, args, "the range ends inside a mapping");
+    }
+    return { r, first, last };
+  }
+
+  /**
+   * Checks a cuMemUnmap and removes the mappings in the range. As in CUDA, the range must
+   * lie in one reservation and cut no mapping, but bytes in it need not be mapped (an H200
+   * accepts unmapping a gap); with `strict`, every byte must be (a bug finder for callers).
+   * `onRemoved` sees each mapping removed (its record and size) before the record's memory
+   * is refunded, if it was released and this was its last mapping. Returns the count removed.
+   */
+  unmap(
+    call: string,
+    address: number,
+    size: number,
+    strict = false,
+    onRemoved?: (record: PhysicalRecord, bytes: number) => void,
+  ): number {
+    const args = () => `ptr=${hex(address)}, size=${size}`;
+    const g = this.granularity;
+    if (size === 0) throw vmmError(INVALID_VALUE, call, args, "size is 0");
+    if (address % g !== 0 || size % g !== 0) {
+      throw vmmError(INVALID_VALUE, call, args, `ptr and size must be multiples of the granularity ${g}`);
+    }
+    const r = this.containing(address, size);
+    if (!r || r.isAlloc) throw vmmError(INVALID_VALUE, call, args, "the range is not inside one reservation");
+    if (strict) this.tiling(call, args, address, size);
+    const end = address + size;
+    let first = r.floor(address);
+    if (first >= 0 && r.mapEnd[first]! > address && r.mapStart[first]! < address) {
+      throw vmmError(MISUSE_CODES.unmapPartial, call, args, "the range starts inside a mapping (a mapping is unmapped whole)");
+    }
+    if (first < 0 || r.mapEnd[first]! <= address) first++;
+    let last = first - 1;
+    while (last + 1 < r.mapStart.length && r.mapStart[last + 1]! < end) last++;
+    if (last >= first && r.mapEnd[last]! > end) {
+      throw vmmError(MISUSE_CODES.unmapPartial, call, args, "the range ends inside a mapping (a mapping is unmapped whole)");
+    }
+    const n = last - first + 1;
+    if (n <= 0) return 0;
+    for (let i = first; i <= last; i++) {
+      const rec = r.mapRecord[i]!;
+      onRemoved?.(rec, r.mapEnd[i]! - r.mapStart[i]!);
+      rec.mapCount--;
+      if (rec.freed) this.refund(rec.size);
+    }
+    if (last === r.mapStart.length - 1) {
+      // Removing the tail (often the whole reservation): truncate, no garbage.
+      r.mapStart.length = first;
+      r.mapEnd.length = first;
+      r.mapOffset.length = first;
+      r.mapRecord.length = first;
+      r.mapAccess.length = first;
+    } else {
+      r.mapStart.splice(first, n);
+      r.mapEnd.splice(first, n);
+      r.mapOffset.splice(first, n);
+      r.mapRecord.splice(first, n);
+      r.mapAccess.splice(first, n);
+    }
+    return n;
+  }
+
+  /**
+   * Checks a cuMemSetAccess (whole mappings, no gaps) and grants access; `perMapping`
+   * sees each mapping's size (the sim charges per mapping). Returns the mapping count.
+   */
+  setAccess(call: string, address: number, size: number, perMapping?: (bytes: number) => void): number {
+    const { r, first, last } = this.tiling(call, () => `ptr=${hex(address)}, size=${size}`, address, size);
+    for (let i = first; i <= last; i++) {
+      r.mapAccess[i] = true;
+      perMapping?.(r.mapEnd[i]! - r.mapStart[i]!);
+    }
+    return last - first + 1;
+  }
+
+  /** Walks the accessible pieces of [address, address+size) for a read/write/memset, or throws. */
+  access(call: string, address: number, size: number, visit: SegmentVisitor): void {
+    const args = () => `ptr=${hex(address)}, size=${size}`;
+    if (size === 0) return;
+    const r = this.containing(address, size);
+    if (!r) throw vmmError(INVALID_VALUE, call, args, "the range is not inside one reservation or allocation");
+    const end = address + size;
+    let i = r.floor(address);
+    let cursor = address;
+    while (cursor < end) {
+      if (i < 0 || i >= r.mapStart.length || r.mapStart[i]! > cursor || r.mapEnd[i]! <= cursor) {
+        throw vmmError(INVALID_VALUE, call, args, `${hex(cursor)} is not mapped`);
+      }
+      if (!r.mapAccess[i]) throw vmmError(INVALID_VALUE, call, args, `${hex(cursor)} is mapped without access (cuMemSetAccess)`);
+      const pieceEnd = Math.min(end, r.mapEnd[i]!);
+      visit(r.mapRecord[i]!, r.mapOffset[i]! + (cursor - r.mapStart[i]!), pieceEnd - cursor, cursor - address);
+      cursor = pieceEnd;
+      i++;
+    }
+  }
+
+  /** A plain allocation: a reservation with one accessible mapping of `record`. */
+  addAllocation(address: number, record: PhysicalRecord): void {
+    const r = this.addReservation(address, record.size, true);
+    r.mapStart.push(address);
+    r.mapEnd.push(address + record.size);
+    r.mapOffset.push(0);
+    r.mapRecord.push(record);
+    r.mapAccess.push(true);
+    record.mapCount = 1;
+  }
+
+  /** Checks a cuMemFree and removes the allocation, returning its record. */
+  freeAllocation(call: string, address: number): PhysicalRecord {
+    const r = this.at(address);
+    if (!r || !r.isAlloc) throw vmmError(INVALID_VALUE, call, `ptr=${hex(address)}`, "not an address returned by memAlloc");
+    this.removeReservation(r);
+    const rec = r.mapRecord[0]!;
+    rec.mapCount = 0;
+    rec.released = true;
+    this.refund(rec.size);
+    return rec;
+  }
+}

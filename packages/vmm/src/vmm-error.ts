@@ -1,0 +1,48 @@
+/**
+ * The error every driver throws: `code` is the CUDA error name (`CUDA_ERROR_OUT_OF_MEMORY`,
+ * `CUDA_ERROR_INVALID_VALUE`, ...) whichever driver raised it, so callers handle host, sim
+ * and cuda the same way. `call` names the function that failed (`cuMemMap`, `hostMemMap`).
+ *
+ * The native addon is handed this class once at load (see native.ts) and throws instances
+ * of it, so `instanceof VmmError` holds for native and TypeScript errors alike.
+ */
+export class VmmError extends Error {
+  override readonly name = "VmmError";
+  constructor(
+    readonly code: string,
+    readonly call: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Codes this package raises besides the CUDA ones. */
+export const DRIVER_NOT_FOUND = "CUDA_DRIVER_NOT_FOUND";
+export const DRIVER_TOO_OLD = "CUDA_DRIVER_TOO_OLD";
+export const ADDON_NOT_LOADED = "VMM_ADDON_NOT_LOADED";
+export const INVALID_VALUE = "CUDA_ERROR_INVALID_VALUE";
+export const OUT_OF_MEMORY = "CUDA_ERROR_OUT_OF_MEMORY";
+export const INVALID_DEVICE = "CUDA_ERROR_INVALID_DEVICE";
+export const NO_DEVICE = "CUDA_ERROR_NO_DEVICE";
+export const NOT_SUPPORTED = "CUDA_ERROR_NOT_SUPPORTED";
+
+/**
+ * A VmmError in the native layer's message format: `call(args) failed: CODE (why)`.
+ * `args` may be a function, so hot paths format their arguments only when they fail.
+ */
+export function vmmError(code: string, call: string, args: string | (() => string), why: string): VmmError {
+  const a = typeof args === "function" ? args() : args;
+  return new VmmError(code, call, `${call}(${a}) failed: ${code} (${why})`);
+}
+
+export function hex(n: number): string {
+  return `0x${n.toString(16)}`;
+}
+
+/** Sizes and addresses must be non-negative safe integers; anything else is CUDA_ERROR_INVALID_VALUE. */
+export function checkBytes(call: string, what: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw vmmError(INVALID_VALUE, call, `${what}=${String(value)}`, `${what} must be a non-negative integer`);
+  }
+}
