@@ -1,0 +1,29 @@
+/** What went wrong, as a stable code that callers and tests can switch on. */
+export type SnapshotErrorCode =
+  | "NOT_FOUND"
+  | "IS_DIRECTORY"
+  | "IO_ERROR"
+  | "EMPTY"
+  | "BAD_GZIP"
+  | "NOT_A_PICKLE"
+  | "TRUNCATED"
+  | "BAD_OPCODE"
+  | "BAD_PICKLE"
+  | "BAD_SHAPE";
+
+/**
+ * The one error type the reader throws for bad input. `message` is one line naming the
+ * file and the problem; `offset` is the byte offset in the (decompressed) pickle stream
+ * for pickle errors, else undefined.
+ */
+export class SnapshotError extends Error {
+  override readonly name = "SnapshotError";
+  constructor(
+    readonly code: SnapshotErrorCode,
+    readonly source: string,
+    detail: string,
+    readonly offset?: number,
+  ) {
+    super(`${source}: ${detail}${offset === undefined ? "" : ` (at byte ${offset})`}`);
+  }
+}

@@ -1,0 +1,193 @@
+import type { AllocatorSettings } from "./allocator-settings.js";
+import { EVENT_KIND_NAMES, EventKind, TORCH_ACTIONS } from "./event-kind.js";
+import type { EventLog } from "./event-log.js";
+import { PickleWriter, PyFloat, PyTuple, type PickleValue } from "./pickle-writer.js";
+import { roundSize } from "./round-size.js";
+import type { BlockState, SegmentState } from "./segment-state.js";
+
+export interface MemoryVizOptions {
+  /** Written as allocator_settings (its `raw` keys when present). */
+  allocatorSettings?: AllocatorSettings;
+  /** external_annotations entries. */
+  annotations?: ReadonlyArray<{ stage: string; name: string; device: number; timeUs: number }>;
+}
+
+export interface MemoryVizExport {
+  bytes: Uint8Array;
+  /** Events of kinds PyTorch's viewer does not know (our allocator's), by kind name: left out. */
+  skipped: Record<string, number>;
+}
+
+const ACTION_OF: string[] = [];
+for (const [action, kind] of Object.entries(TORCH_ACTIONS)) ACTION_OF[kind] = action;
+
+/**
+ * A PyTorch memory snapshot pickle of an EventLog that PyTorch's memory viewer
+ * (pytorch.org/memory_viz) and torch-trace's reader open: device_traces from the events,
+ * segments from `segmentsState` (dump-time state) or, when not given, derived from the
+ * segments and blocks live at the end of the log (the viewer walks the trace backwards
+ * from that state, so it must agree with the events).
+ */
+export function exportMemoryViz(log: EventLog, segmentsState?: readonly SegmentState[], options: MemoryVizOptions = {}): MemoryVizExport {
+  const segments = segmentsState ?? deriveSegments(log);
+  const w = new PickleWriter();
+  const skipped: Record<string, number> = {};
+  let devices = 0;
+  for (let i = 0; i < log.length; i++) if (log.device[i] + 1 > devices) devices = log.device[i] + 1;
+  for (const s of segments) if (s.device + 1 > devices) devices = s.device + 1;
+  // Rows of each device, in log order.
+  const rowsOf: number[][] = Array.from({ length: devices }, () => []);
+  for (let i = 0; i < log.length; i++) {
+    const k = log.kind[i];
+    if (ACTION_OF[k] === undefined) {
+      const name = EVENT_KIND_NAMES[k] ?? `kind${k}`;
+      skipped[name] = (skipped[name] ?? 0) + 1;
+      continue;
+    }
+    rowsOf[log.device[i]].push(i);
+  }
+  w.emptyDict().mark();
+  w.str("segments");
+  w.list(segments.length, (i) => writeSegment(w, segments[i]));
+  w.str("device_traces");
+  w.list(devices, (d) => {
+    const rows = rowsOf[d];
+    w.list(rows.length, (j) => {
+      const i = rows[j];
+      const k = log.kind[i];
+      w.emptyDict().mark();
+      w.str("action").str(ACTION_OF[k]);
+      if (k === EventKind.oom) w.str("device_free").int(log.aux[i]);
+      else w.str("addr").int(log.addr[i]);
+      w.str("size").int(log.size[i]);
+      w.str("stream").int(log.streams[log.stream[i]] ?? 0);
+      w.str("time_us").int(log.timeUs[i]);
+      w.str("compile_context").str("N/A");
+      w.str("user_metadata").str("");
+      w.str("frames").emptyList();
+      w.setItems();
+    });
+  });
+  w.str("allocator_settings");
+  w.value(settingsValue(options.allocatorSettings));
+  w.str("external_annotations");
+  const ann = options.annotations ?? [];
+  w.value(ann.map((a) => ({ stage: a.stage, name: a.name, device: a.device, time_us: a.timeUs })));
+  w.setItems();
+  return { bytes: w.finish(), skipped };
+}
+
+function writeSegment(w: PickleWriter, s: SegmentState): void {
+  w.value({
+    device: s.device,
+    address: s.address,
+    total_size: s.totalSize,
+    allocated_size: s.allocatedSize,
+    active_size: s.activeSize,
+    requested_size: s.requestedSize,
+    stream: s.stream,
+    segment_type: s.segmentType,
+    segment_pool_id: new PyTuple(s.poolId ?? [0, 0]),
+    is_expandable: s.isExpandable,
+    frames: [],
+    blocks: s.blocks.map((b) => ({ address: b.address, size: b.size, requested_size: b.requestedSize, state: b.state, frames: [] })),
+  });
+}
+
+function settingsValue(s: AllocatorSettings | undefined): PickleValue {
+  if (s !== undefined && Object.keys(s.raw).length > 0) {
+    const raw = { ...s.raw } as Record<string, PickleValue>;
+    if (typeof raw.garbage_collection_threshold === "number") raw.garbage_collection_threshold = new PyFloat(raw.garbage_collection_threshold);
+    return raw;
+  }
+  const divisions: Record<string, number> = {};
+  for (let i = 0; i < 16; i++) divisions[String(2 ** i)] = s?.roundupPower2Divisions[i] ?? 0;
+  return {
+    PYTORCH_CUDA_ALLOC_CONF: s?.allocConf ?? "",
+    max_split_size: s?.maxSplitSize ?? -1,
+    garbage_collection_threshold: new PyFloat(s?.garbageCollectionThreshold ?? 0),
+    expandable_segments: s?.expandableSegments ?? false,
+    roundup_power2_divisions: divisions,
+  };
+}
+
+/**
+ * Segments and blocks live at the end of the log: each segment (or mapped range) with its
+ * live blocks (rounded sizes, active_allocated; active_pending_free between free_requested
+ * and free_completed) and inactive gaps between them. Live blocks outside any segment
+ * (logs without segment events) get a segment of their own.
+ */
+export function deriveSegments(log: EventLog): SegmentState[] {
+  const segs = new Map<string, { device: number; addr: number; size: number; stream: number; expandable: boolean }>();
+  const blocks = new Map<string, { device: number; addr: number; size: number; stream: number; pending: boolean }>();
+  for (let i = 0; i < log.length; i++) {
+    const d = log.device[i];
+    const key = `${d}:${log.addr[i]}`;
+    const raw = log.streams[log.stream[i]] ?? 0;
+    switch (log.kind[i]) {
+      case EventKind.segmentAlloc:
+      case EventKind.segmentMap:
+        segs.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, expandable: log.kind[i] === EventKind.segmentMap });
+        break;
+      case EventKind.segmentFree:
+      case EventKind.segmentUnmap:
+        segs.delete(key);
+        break;
+      case EventKind.alloc:
+        blocks.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, pending: false });
+        break;
+      case EventKind.freeRequested: {
+        const b = blocks.get(key);
+        if (b !== undefined) b.pending = true;
+        break;
+      }
+      case EventKind.freeCompleted:
+        blocks.delete(key);
+        break;
+    }
+  }
+  // Adjacent mapped ranges of expandable segments are one range, as PyTorch reports them.
+  const ranges = [...segs.values()].sort((a, b) => a.device - b.device || a.addr - b.addr);
+  const merged: typeof ranges = [];
+  for (const r of ranges) {
+    const last = merged[merged.length - 1];
+    if (last !== undefined && last.expandable && r.expandable && last.device === r.device && last.addr + last.size === r.addr && last.stream === r.stream) last.size += r.size;
+    else merged.push({ ...r });
+  }
+  const live = [...blocks.values()].sort((a, b) => a.device - b.device || a.addr - b.addr);
+  const out: SegmentState[] = [];
+  let bi = 0;
+  const used = new Set<number>();
+  for (const s of merged) {
+    const inside: BlockState[] = [];
+    let cur = s.addr;
+    let allocated = 0, active = 0, requested = 0;
+    while (bi < live.length && (live[bi].device < s.device || (live[bi].device === s.device && live[bi].addr < s.addr))) bi++;
+    for (let j = bi; j < live.length && live[j].device === s.device && live[j].addr < s.addr + s.size; j++) {
+      const b = live[j];
+      used.add(j);
+      if (b.addr > cur) inside.push({ address: cur, size: b.addr - cur, requestedSize: 0, state: "inactive" });
+      const size = Math.min(roundSize(b.size), s.addr + s.size - b.addr);
+      inside.push({ address: b.addr, size, requestedSize: b.size, state: b.pending ? "active_pending_free" : "active_allocated" });
+      if (!b.pending) allocated += size;
+      active += size;
+      requested += b.size;
+      cur = b.addr + size;
+    }
+    if (cur < s.addr + s.size) inside.push({ address: cur, size: s.addr + s.size - cur, requestedSize: 0, state: "inactive" });
+    out.push({
+      device: s.device, address: s.addr, totalSize: s.size, allocatedSize: allocated, activeSize: active, requestedSize: requested,
+      stream: s.stream, segmentType: s.size <= 2 * 1024 * 1024 && !s.expandable ? "small" : "large", isExpandable: s.expandable, poolId: [0, 0], blocks: inside,
+    });
+  }
+  live.forEach((b, j) => {
+    if (used.has(j)) return;
+    const size = roundSize(b.size);
+    out.push({
+      device: b.device, address: b.addr, totalSize: size, allocatedSize: b.pending ? 0 : size, activeSize: size, requestedSize: b.size,
+      stream: b.stream, segmentType: size <= 1024 * 1024 ? "small" : "large", isExpandable: false, poolId: [0, 0],
+      blocks: [{ address: b.addr, size, requestedSize: b.size, state: b.pending ? "active_pending_free" : "active_allocated" }],
+    });
+  });
+  return out.sort((a, b) => a.device - b.device || a.address - b.address);
+}
