@@ -12,3 +12,4 @@ export * from "./export-jsonl.js";
 export * from "./rmm-csv.js";
 export * from "./trace-format-error.js";
 export * from "./plot-svg.js";
+export * from "./reserved-bytes.js";

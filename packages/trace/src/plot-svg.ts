@@ -139,9 +139,13 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
     const x = left;
     const y = legendTop + i * 20;
     const c = colors[i];
-    out.push(`<line x1="${x}" y1="${y}" x2="${x + 22}" y2="${y}" stroke="${c}" stroke-width="2"/>`);
-    out.push(`<line x1="${x + 30}" y1="${y}" x2="${x + 52}" y2="${y}" stroke="${c}" stroke-width="2" stroke-dasharray="7 4"/>`);
-    const text = `${s.label}: live (solid), peak ${(peak(s.live) / GiB).toFixed(2)} GiB; reserved (dashed), peak ${(peak(s.reserved) / GiB).toFixed(2)} GiB`;
+    // Only the curves the run has: a run may carry live, reserved or both.
+    if (s.live) out.push(`<line x1="${x}" y1="${y}" x2="${x + 22}" y2="${y}" stroke="${c}" stroke-width="2"/>`);
+    if (s.reserved) out.push(`<line x1="${x + 30}" y1="${y}" x2="${x + 52}" y2="${y}" stroke="${c}" stroke-width="2" stroke-dasharray="7 4"/>`);
+    const parts: string[] = [];
+    if (s.live) parts.push(`live (solid), peak ${(peak(s.live) / GiB).toFixed(2)} GiB`);
+    if (s.reserved) parts.push(`reserved (dashed), peak ${(peak(s.reserved) / GiB).toFixed(2)} GiB`);
+    const text = `${s.label}: ${parts.join("; ")}`;
     out.push(`<text x="${x + 58}" y="${y}" dy="4" font-size="12" fill="#222">${esc(text)}</text>`);
   });
   out.push("</svg>");

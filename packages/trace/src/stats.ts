@@ -1,3 +1,4 @@
+import { accountsPhysically, reservedDelta } from "./reserved-bytes.js";
 import { EVENT_KIND_NAMES, EventKind } from "./event-kind.js";
 import type { EventLog } from "./event-log.js";
 import { roundSize } from "./round-size.js";
@@ -31,7 +32,7 @@ export interface DeviceStats {
   peakRequestedBytes: number;
   /** Requested bytes live at the end. */
   requestedBytes: number;
-  /** Reserved bytes at the end: segment_alloc - segment_free + segment_map - segment_unmap + physicalCreate - physicalRelease. */
+  /** Reserved bytes at the end: segment_alloc - segment_free + segment_map - segment_unmap, or, in a log with physical-handle events, physicalCreate - physicalRelease + plain segments (see reserved-bytes.ts). */
   reservedBytes: number;
   /** Peak of the running reserved sum (= torch.cuda.max_memory_reserved() for a complete trace). */
   peakReservedBytes: number;
@@ -76,6 +77,7 @@ export function computeStats(log: EventLog, options: StatsOptions = {}): TraceSt
   const accs: (DeviceAcc | undefined)[] = new Array(256);
   const kindCounts = new Float64Array(256);
   const streamCounts = new Float64Array(log.streams.length);
+  const physical = accountsPhysically(log);
   for (let i = 0; i < log.length; i++) {
     const d = device[i];
     if (only !== undefined && d !== only) continue;
@@ -132,7 +134,7 @@ export function computeStats(log: EventLog, options: StatsOptions = {}): TraceSt
       case EventKind.segmentAlloc:
       case EventKind.segmentMap:
       case EventKind.physicalCreate:
-        a.reserved += size[i];
+        a.reserved += reservedDelta(k, size[i], physical);
         if (a.reserved > s.peakReservedBytes) {
           s.peakReservedBytes = a.reserved;
           s.peakReservedIndex = i;
@@ -141,7 +143,7 @@ export function computeStats(log: EventLog, options: StatsOptions = {}): TraceSt
       case EventKind.segmentFree:
       case EventKind.segmentUnmap:
       case EventKind.physicalRelease:
-        a.reserved -= size[i];
+        a.reserved += reservedDelta(k, size[i], physical);
         break;
     }
   }

@@ -1,3 +1,4 @@
+import { accountsPhysically, reservedDelta } from "./reserved-bytes.js";
 import { EventKind } from "./event-kind.js";
 import type { EventLog } from "./event-log.js";
 import { roundSize } from "./round-size.js";
@@ -119,6 +120,7 @@ export function sampleTimeline(log: EventLog, options: TimelineOptions = {}): Ti
   const t1 = timeUs[last];
   const span = options.byIndex ? count : t1 - t0;
   const blocks = new Map<number, number>();
+  const physical = accountsPhysically(log);
   let liveBytes = 0;
   let reservedBytes = 0;
   let peakLive = 0;
@@ -151,15 +153,16 @@ export function sampleTimeline(log: EventLog, options: TimelineOptions = {}): Ti
       case EventKind.segmentAlloc:
       case EventKind.segmentMap:
       case EventKind.physicalCreate:
-        reservedBytes += size[i];
-        changedReserved = true;
-        break;
       case EventKind.segmentFree:
       case EventKind.segmentUnmap:
-      case EventKind.physicalRelease:
-        reservedBytes -= size[i];
-        changedReserved = true;
+      case EventKind.physicalRelease: {
+        const d = reservedDelta(kind[i], size[i], physical);
+        if (d !== 0) {
+          reservedBytes += d;
+          changedReserved = true;
+        }
         break;
+      }
     }
     const pos = options.byIndex ? j : timeUs[i] - t0;
     const b = span > 0 ? Math.min(buckets - 1, Math.floor((pos / span) * buckets)) : 0;

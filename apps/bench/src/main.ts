@@ -1,0 +1,188 @@
+#!/usr/bin/env node
+/**
+ * gmlake-bench: every trace in a folder x every policy x the chosen drivers, on the
+ * machine it runs on. Writes results.json, summary.md and one SVG per trace to --out.
+ * On a host with several GPUs it runs one worker process per GPU (CUDA_VISIBLE_DEVICES).
+ */
+import { fork } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { cpus, hostname } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { listPolicies } from "@gmlake/stitch";
+import { probeCuda } from "@gmlake/vmm";
+import { defaultTraceDir, findTraces, traceLabel } from "./find-traces.js";
+import { recordedFigures, type Recorded } from "./recorded.js";
+import { markdownSummary } from "./summary.js";
+import { runTask, type Task, type TaskResult } from "./task.js";
+import { writeTracePlots } from "./plots.js";
+
+const HELP = `Usage: gmlake-bench [--traces DIR] [--policies a,b] [--drivers auto|sim,cuda,host]
+                    [--capacity-factor 1.02] [--integrity on|full|off] [--workers N]
+                    [--only NAME,...] [--out DIR]
+
+Replays every trace in DIR (default ../shared/traces, sub-folders included) with every
+policy on each driver, and writes DIR_OUT/results.json, summary.md and <trace>.svg.
+--drivers auto = cuda and sim on a GPU host, sim elsewhere. --capacity-factor F adds a
+sim run per trace x policy under a capacity of F x the trace's peak live bytes.
+Example: gmlake-bench --drivers auto --capacity-factor 1.02 --out bench-results`;
+
+interface Args {
+  traceDir: string;
+  policies: string[];
+  drivers: ("cuda" | "sim" | "host")[];
+  capacityFactor: number | null;
+  integrity: boolean | "full";
+  workers: number;
+  only: string[] | null;
+  out: string;
+}
+
+function fail(msg: string): never {
+  process.stderr.write(`gmlake-bench: ${msg}\n`);
+  process.exit(2);
+}
+
+function parse(argv: string[]): Args {
+  let v;
+  try {
+    v = parseArgs({
+      args: argv,
+      options: {
+        traces: { type: "string" },
+        policies: { type: "string" },
+        drivers: { type: "string" },
+        "capacity-factor": { type: "string" },
+        integrity: { type: "string" },
+        workers: { type: "string" },
+        only: { type: "string" },
+        out: { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    }).values;
+  } catch (e) {
+    fail((e as Error).message);
+  }
+  if (v.help) {
+    process.stdout.write(HELP + "\n");
+    process.exit(0);
+  }
+  const registered = listPolicies().map((p) => p.name);
+  const policies = v.policies ? v.policies.split(",").map((s) => s.trim()) : registered;
+  for (const p of policies) if (!registered.includes(p)) fail(`unknown policy '${p}' (policies: ${registered.join(", ")})`);
+  const cuda = probeCuda({ memInfo: false });
+  let drivers: Args["drivers"];
+  if (!v.drivers || v.drivers === "auto") drivers = cuda.ok ? ["cuda", "sim"] : ["sim"];
+  else {
+    drivers = v.drivers.split(",").map((s) => s.trim()) as Args["drivers"];
+    for (const d of drivers) if (!["cuda", "sim", "host"].includes(d)) fail(`unknown driver '${d}' (sim, host, cuda or auto)`);
+    if (drivers.includes("cuda") && !cuda.ok) fail(`--drivers cuda: no usable GPU here (${cuda.driver.error?.message ?? "no device"})`);
+  }
+  const factor = v["capacity-factor"] === undefined ? null : Number(v["capacity-factor"]);
+  if (factor !== null && !(factor > 0)) fail(`invalid --capacity-factor '${v["capacity-factor"]}'`);
+  const integ = v.integrity ?? "on";
+  if (!["on", "off", "full"].includes(integ)) fail(`invalid --integrity '${integ}': on, full or off`);
+  const gpus = cuda.ok ? cuda.devices.length : 0;
+  const workers = v.workers ? Number(v.workers) : Math.max(1, drivers.includes("cuda") ? gpus : 1);
+  if (!Number.isInteger(workers) || workers < 1) fail(`invalid --workers '${v.workers}'`);
+  return {
+    traceDir: v.traces ?? defaultTraceDir(),
+    policies,
+    drivers,
+    capacityFactor: factor,
+    integrity: integ === "full" ? "full" : integ === "on",
+    workers,
+    only: v.only ? v.only.split(",") : null,
+    out: v.out ?? "bench-results",
+  };
+}
+
+/** Runs tasks in worker processes, one per GPU, each pinned with CUDA_VISIBLE_DEVICES. */
+async function runInWorkers(tasks: Task[], workers: number, onDone: (r: TaskResult) => void): Promise<void> {
+  const queue = [...tasks];
+  const script = new URL(import.meta.url).pathname;
+  await Promise.all(
+    Array.from({ length: workers }, (_, gpu) => {
+      return new Promise<void>((resolve, reject) => {
+        const child = fork(script, ["--worker"], { env: { ...process.env, CUDA_VISIBLE_DEVICES: String(gpu) }, stdio: ["ignore", "inherit", "inherit", "ipc"] });
+        const next = () => {
+          const t = queue.shift();
+          if (t) child.send(t);
+          else child.disconnect();
+        };
+        child.on("message", (r: TaskResult) => {
+          onDone(r);
+          next();
+        });
+        child.on("exit", (code) => (code === 0 || code === null ? resolve() : reject(new Error(`worker ${gpu} exited with ${code}`))));
+        next();
+      });
+    }),
+  );
+}
+
+function worker(): void {
+  process.on("message", async (t: Task) => {
+    const r = await runTask(t);
+    process.send?.(r);
+  });
+  process.on("disconnect", () => process.exit(0));
+}
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  if (argv[0] === "--worker") return worker();
+  const a = parse(argv);
+  let files: string[];
+  try {
+    files = findTraces(a.traceDir);
+  } catch (e) {
+    fail((e as Error).message);
+  }
+  let traces = files.map((path) => ({ path, trace: traceLabel(a.traceDir, path) }));
+  if (a.only) traces = traces.filter((t) => a.only!.some((o) => t.trace === o || t.trace.startsWith(o)));
+  if (traces.length === 0) fail(`no traces (*.pickle, *.pickle.gz) in ${a.traceDir}`);
+  mkdirSync(a.out, { recursive: true });
+
+  const recorded: Recorded[] = [];
+  for (const t of traces) recorded.push(await recordedFigures(t.trace, t.path));
+  const tasks: Task[] = [];
+  for (const t of traces) {
+    const rec = recorded.find((r) => r.trace === t.trace)!;
+    for (const driver of a.drivers) for (const policy of a.policies) tasks.push({ id: tasks.length, ...t, policy, driver, integrity: a.integrity });
+    if (a.capacityFactor !== null) {
+      const capacity = Math.ceil(rec.peakLiveBytes * a.capacityFactor);
+      for (const policy of a.policies)
+        tasks.push({ id: tasks.length, ...t, policy, driver: "sim", capacity, capacityNote: `${a.capacityFactor}x peak live`, integrity: false });
+    }
+  }
+
+  const results: TaskResult[] = [];
+  const t0 = Date.now();
+  const onDone = (r: TaskResult) => {
+    results.push(r);
+    const status = r.error ? `ERROR ${r.error}` : `util ${r.utilization.toFixed(3)}${r.oom ? " OOM" : ""}, ${(r.eventsPerSecond / 1e6).toFixed(2)} M ev/s`;
+    process.stderr.write(`[${results.length}/${tasks.length}] ${((Date.now() - t0) / 1000).toFixed(0)}s ${r.trace} ${r.policy} ${r.driver}${r.capacityNote ? ` @${r.capacityNote}` : ""}: ${status}\n`);
+  };
+  if (a.workers > 1) await runInWorkers(tasks, a.workers, onDone);
+  else for (const t of tasks) onDone(await runTask(t));
+  results.sort((x, y) => x.taskId - y.taskId);
+
+  const cuda = probeCuda({ memInfo: false });
+  const machine = cuda.ok
+    ? `${cuda.devices.map((d) => d.name).join(", ")} (driver ${cuda.driver.version ?? "?"}), ${cpus().length} CPU cores, host ${hostname()}`
+    : `${cpus()[0]?.model ?? "CPU"} x${cpus().length}, no GPU, host ${hostname()}`;
+  const command = `gmlake-bench ${argv.join(" ")}`.trim();
+  const date = new Date().toISOString();
+  writeFileSync(join(a.out, "results.json"), JSON.stringify({ date, machine, command, recorded, results }, null, 1) + "\n");
+  writeFileSync(join(a.out, "summary.md"), markdownSummary({ date, machine, command, results, recorded }));
+  await writeTracePlots(a.out, traces, a.policies, recorded);
+  process.stderr.write(`wrote ${join(a.out, "results.json")}, summary.md and ${traces.length} plots in ${((Date.now() - t0) / 1000).toFixed(0)} s\n`);
+  const bad = results.filter((r) => r.error || r.integrityErrors > 0);
+  if (bad.length) {
+    process.stderr.write(`${bad.length} runs failed or found integrity errors\n`);
+    process.exitCode = 1;
+  }
+}
+
+await main();

@@ -1,0 +1,102 @@
+import { createDriver, type VmmDriver } from "@gmlake/vmm";
+import { privatePoolTags, replay, replayRow, type ReplayRow } from "@gmlake/stitch";
+import { readSnapshot, type Snapshot } from "@gmlake/torch-trace";
+import { DeviceAccounting } from "./device-accounting.js";
+
+export interface Task {
+  id: number;
+  trace: string;
+  path: string;
+  policy: string;
+  driver: "cuda" | "sim" | "host";
+  capacity?: number;
+  /** Why the capacity is set (e.g. "1.02x peak live"). */
+  capacityNote?: string;
+  integrity: boolean | "full";
+}
+
+export interface TaskResult extends ReplayRow {
+  taskId: number;
+  capacityBytes: number | null;
+  capacityNote: string | null;
+  /** cuda: device memory gone (cuMemGetInfo) when the allocator's held bytes peaked. */
+  deviceUsedAtPeakBytes: number | null;
+  error: string | null;
+}
+
+const cache = new Map<string, Promise<Snapshot>>();
+
+/** Traces are read once per process (a worker runs several policies on one trace). */
+export function loadSnapshot(path: string): Promise<Snapshot> {
+  let p = cache.get(path);
+  if (!p) {
+    if (cache.size > 2) cache.clear();
+    p = readSnapshot(path);
+    cache.set(path, p);
+  }
+  return p;
+}
+
+export async function runTask(task: Task): Promise<TaskResult> {
+  const s = await loadSnapshot(task.path);
+  const ev = s.events;
+  const durationUs = ev.length ? ev.timeUs[ev.length - 1] - ev.timeUs[0] : 0;
+  let driver: VmmDriver | undefined;
+  let accounting: DeviceAccounting | undefined;
+  try {
+    driver = createDriver(task.driver);
+    if (task.driver === "cuda") driver = accounting = new DeviceAccounting(driver);
+    const r = replay(ev, {
+      policy: task.policy,
+      driver,
+      capacity: task.capacity,
+      settings: s.allocatorSettings,
+      integrity: task.driver === "sim" ? false : task.integrity,
+      recorder: null,
+      onOom: "stop",
+      pools: privatePoolTags(ev, s.segments),
+    });
+    return {
+      ...replayRow(task.trace, durationUs, r),
+      taskId: task.id,
+      capacityBytes: task.capacity ?? null,
+      capacityNote: task.capacityNote ?? null,
+      deviceUsedAtPeakBytes: accounting ? accounting.deviceUsedAtPeakBytes : null,
+      error: null,
+    };
+  } catch (e) {
+    return failed(task, durationUs, e);
+  } finally {
+    driver?.close();
+  }
+}
+
+function failed(task: Task, durationUs: number, e: unknown): TaskResult {
+  const message = e instanceof Error ? `${(e as { code?: string }).code ?? e.name}: ${e.message.split("\n")[0]}` : String(e);
+  return {
+    trace: task.trace,
+    policy: task.policy,
+    driver: task.driver,
+    events: 0,
+    peakLiveBytes: 0,
+    peakAllocatedBytes: 0,
+    peakReservedBytes: 0,
+    utilization: 0,
+    oom: null,
+    driverCalls: {},
+    driverTimeUs: 0,
+    driverCallsSecondHalf: 0,
+    driverTimeUsSecondHalf: 0,
+    traceDurationUs: durationUs,
+    wallMs: 0,
+    eventsPerSecond: 0,
+    integrityErrors: 0,
+    integrityChecked: 0,
+    counters: {},
+    taskId: task.id,
+    capacityBytes: task.capacity ?? null,
+    capacityNote: task.capacityNote ?? null,
+    deviceUsedAtPeakBytes: null,
+    error: message,
+  };
+}

@@ -1,0 +1,27 @@
+/**
+ * Errors the CLI reports as one line. `UsageError` and bad input exit 2; anything else
+ * that escapes a command is an internal failure and exits 1.
+ */
+export class UsageError extends Error {
+  readonly code = "USAGE";
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
+export const EXIT_OK = 0;
+export const EXIT_INTERNAL = 1;
+export const EXIT_BAD_INPUT = 2;
+
+/** Errors that mean "your input is wrong": exit 2 with one line (main.ts; the fuzz tests classify with it too). */
+export function isInputError(e: unknown): e is Error {
+  if (!(e instanceof Error)) return false;
+  const code = (e as { code?: unknown }).code;
+  return (
+    e instanceof UsageError ||
+    e.name === "SnapshotError" ||
+    e.name === "TraceInputError" ||
+    (typeof code === "string" && (code.startsWith("ERR_PARSE_ARGS") || code === "ENOENT" || code === "EISDIR" || code === "EACCES"))
+  );
+}

@@ -1,0 +1,27 @@
+import { describeProbe, probeCuda } from "@gmlake/vmm";
+import type { Command } from "../command.js";
+
+export const doctor: Command = {
+  name: "doctor",
+  summary: "what the cuda driver finds here: driver, devices, VMM support, granularity, memory",
+  positionals: "none",
+  options: { json: { type: "boolean" } },
+  help: `Usage: gmlake doctor [--json]
+
+Probes the CUDA driver in a child process (a broken driver cannot take gmlake down):
+whether libcuda.so.1 loads and why not, the devices, their VMM support, allocation
+granularity and free/total memory. Without a GPU it says so and the host and sim
+drivers remain available.
+
+Example:
+  gmlake doctor --json`,
+  async run(values) {
+    const p = probeCuda();
+    if (values.json) {
+      process.stdout.write(JSON.stringify(p) + "\n");
+      return;
+    }
+    process.stdout.write(describeProbe(p).trimEnd() + "\n");
+    if (!p.ok) process.stdout.write("drivers available: host (real stitching of host memory), sim (H200 cost model)\n");
+  },
+};

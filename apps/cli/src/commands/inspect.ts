@@ -1,0 +1,127 @@
+import { computeStats } from "@gmlake/trace";
+import { privatePoolTags, replay } from "@gmlake/stitch";
+import { SimDriver } from "@gmlake/vmm";
+import type { Command } from "../command.js";
+import { loadTrace } from "../load-trace.js";
+import { asUsage } from "../options.js";
+import { formatBytes } from "../sizes.js";
+
+export interface InspectJson {
+  trace: string;
+  events: number;
+  allocs: number;
+  frees: number;
+  streams: number;
+  devices: number[];
+  durationUs: number;
+  peakLiveBytes: number;
+  peakRequestedBytes: number;
+  recordedPeakReservedBytes: number;
+  recordedUtilization: number;
+  segmentEvents: Record<string, number>;
+  ooms: number;
+  allocatorSettings: Record<string, unknown>;
+  reconstructed: { missingAllocs: number; liveFromSegments: number; missingSegments: number; syntheticEvents: number };
+  unknownActions: Record<string, number>;
+  pickleProtocol: number;
+  gzip: boolean;
+}
+
+export const inspect: Command = {
+  name: "inspect",
+  summary: "read a PyTorch memory snapshot and summarize it",
+  positionals: "optional-many",
+  options: { json: { type: "boolean" } },
+  help: `Usage: gmlake inspect [trace] [--json]
+
+Reads a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot; gzip or plain) and
+prints what it holds: events, streams, devices, peak allocated (PyTorch's
+max_memory_allocated, which counts block sizes: found by replaying the exact model of the
+allocator that recorded the trace), peak requested bytes, recorded peak reserved
+(max_memory_reserved, from the segment events) and utilization, and the recorded
+allocator settings. Without a trace: the embedded default.
+
+Options:
+  --json    one JSON object: events, allocs, frees, streams, devices, durationUs,
+            peakLiveBytes, peakRequestedBytes, recordedPeakReservedBytes,
+            recordedUtilization, segmentEvents, ooms, allocatorSettings (camelCase,
+            bytes as integers), reconstructed, unknownActions, pickleProtocol, gzip
+
+Example:
+  gmlake inspect ../shared/traces/gpt2_ft.pickle.gz --json`,
+  async run(values, positionals) {
+    if (positionals.length > 1) {
+      for (const p of positionals) await inspect.run(values, [p]);
+      return;
+    }
+    const t = await loadTrace(positionals[0]);
+    const s = t.snapshot;
+    const st = computeStats(s.events, { roundupPower2Divisions: s.allocatorSettings.roundupPower2Divisions });
+    const k = st.countsByKind;
+    const { raw: _raw, ...settings } = s.allocatorSettings;
+    // PyTorch's max_memory_allocated counts block sizes (an unsplit remainder too), which
+    // only the allocator knows: replay the exact model of the allocator that recorded it.
+    const model = s.allocatorSettings.expandableSegments ? "expandable" : "caching";
+    const m = asUsage(() =>
+      replay(s.events, {
+        policy: model,
+        driver: new SimDriver(),
+        settings: s.allocatorSettings,
+        recorder: null,
+        onOom: "continue",
+        pools: privatePoolTags(s.events, s.segments),
+      }),
+    ); // a malformed event stream (BAD_TRACE) is bad input: exit 2
+    const out: InspectJson = {
+      trace: t.name,
+      events: s.events.length,
+      allocs: k.alloc ?? 0,
+      frees: k.freeCompleted ?? 0,
+      streams: st.countsByStream.length,
+      devices: st.devices,
+      durationUs: st.lastTimeUs - st.firstTimeUs,
+      peakLiveBytes: m.peakLiveBytes,
+      peakRequestedBytes: st.peakRequestedBytes,
+      recordedPeakReservedBytes: st.peakReservedBytes,
+      recordedUtilization: st.peakReservedBytes > 0 ? m.peakLiveBytes / st.peakReservedBytes : 1,
+      segmentEvents: {
+        segmentAlloc: k.segmentAlloc ?? 0,
+        segmentFree: k.segmentFree ?? 0,
+        segmentMap: k.segmentMap ?? 0,
+        segmentUnmap: k.segmentUnmap ?? 0,
+      },
+      ooms: k.oom ?? 0,
+      allocatorSettings: settings,
+      reconstructed: {
+        missingAllocs: s.reconstructed.missingAllocs,
+        liveFromSegments: s.reconstructed.liveFromSegments,
+        missingSegments: s.reconstructed.missingSegments,
+        syntheticEvents: s.reconstructed.syntheticEvents,
+      },
+      unknownActions: s.unknownActions,
+      pickleProtocol: s.protocol,
+      gzip: s.gzip,
+    };
+    if (values.json) {
+      process.stdout.write(JSON.stringify(out) + "\n");
+      return;
+    }
+    const mode = s.allocatorSettings.expandableSegments ? "expandable segments" : "caching (default)";
+    const seg = out.segmentEvents;
+    const lines = [
+      `${t.name}: ${out.events.toLocaleString("en-US")} events over ${(out.durationUs / 1e6).toFixed(2)} s, ${out.allocs.toLocaleString("en-US")} allocations, ${out.streams} stream(s), device(s) ${out.devices.join(", ") || "none"}`,
+      `  recorded with    ${mode}${s.allocatorSettings.allocConf ? ` (PYTORCH_CUDA_ALLOC_CONF=${s.allocatorSettings.allocConf})` : ""}`,
+      `  peak allocated   ${formatBytes(out.peakLiveBytes)} (requested ${formatBytes(out.peakRequestedBytes)})`,
+      `  peak reserved    ${formatBytes(out.recordedPeakReservedBytes)} (recorded by PyTorch)`,
+      `  utilization      ${out.recordedUtilization.toFixed(3)}  (fragmentation ${(100 * (1 - out.recordedUtilization)).toFixed(1)}%)`,
+      `  segment events   ${seg.segmentAlloc} alloc, ${seg.segmentFree} free, ${seg.segmentMap} map, ${seg.segmentUnmap} unmap; ${out.ooms} out-of-memory`,
+    ];
+    const r = out.reconstructed;
+    if (r.syntheticEvents > 0) {
+      lines.push(`  reconstructed    ${r.missingAllocs} allocs missing from the ring buffer, ${r.liveFromSegments} live blocks from segments`);
+    }
+    const unknown = Object.entries(out.unknownActions);
+    if (unknown.length) lines.push(`  skipped actions  ${unknown.map(([a, n]) => `${a} x${n}`).join(", ")}`);
+    process.stdout.write(lines.join("\n") + "\n");
+  },
+};

@@ -1,0 +1,115 @@
+import { writeFileSync } from "node:fs";
+import { UsageError } from "../cli-error.js";
+import type { Command } from "../command.js";
+import { writeExport, writePlot, EXPORT_FORMATS } from "../outputs.js";
+import { loadTrace } from "../load-trace.js";
+import { checkPolicy, parseCapacity, parseDriver, parseSets } from "../options.js";
+import { runReplay, type ReplayRow } from "../run-replay.js";
+import { formatBytes } from "../sizes.js";
+
+export const replayCommand: Command = {
+  name: "replay",
+  summary: "replay a trace with one allocator policy and report memory and driver cost",
+  positionals: "optional-many",
+  options: {
+    policy: { type: "string", short: "p" },
+    driver: { type: "string", short: "d" },
+    capacity: { type: "string", short: "c" },
+    set: { type: "string", multiple: true },
+    json: { type: "boolean" },
+    plot: { type: "string" },
+    export: { type: "string", multiple: true },
+    integrity: { type: "string" },
+    invariants: { type: "boolean" },
+  },
+  help: `Usage: gmlake replay [trace] --policy <name> [--driver sim|host|cuda|auto]
+                     [--capacity 80GiB] [--set key=value ...] [--json]
+                     [--plot FILE.svg] [--export memory-viz|perfetto|rmm-csv FILE]
+
+Replays the trace's allocations and frees (memory returns at free_completed, as in
+PyTorch) through an allocator policy on a driver, and reports peak live, peak
+reserved, utilization, the first out-of-memory under --capacity, and the driver calls
+it made (counted and timed: modelled with H200 costs on sim, measured on host and cuda).
+
+Options:
+  --policy, -p   caching | expandable | gmlake | vms | a registered policy (default caching)
+  --driver, -d   sim (default: no memory, H200 cost model), host (real stitching of host
+                 memory), cuda (the GPU), auto (cuda when present, else host)
+  --capacity     device capacity (80GiB, 512MiB, 1.5GB or bytes); the first
+                 out-of-memory is a result (exit 0), reported with its event index
+  --set k=v      a policy knob, e.g. --set fragLimit=512MiB --set reuseLimit=10
+  --integrity    on host/cuda every block is stamped and checked at its free:
+                 'on' (first/last bytes and stitch seams; default), 'full' (every byte), 'off'
+  --invariants   check the allocator's invariants after every event (slow)
+  --json         one JSON object: trace, policy, driver, events, peakLiveBytes
+                 (requested bytes), peakAllocatedBytes (as the policy counts blocks),
+                 peakReservedBytes, utilization, oom, driverCalls, driverTimeUs,
+                 driverCallsSecondHalf, traceDurationUs, wallMs, eventsPerSecond,
+                 integrityErrors, ...
+  --plot FILE    an SVG of allocated and reserved over the replay
+  --export F FILE  the replayed allocator's history: memory-viz (a snapshot pickle that
+                 PyTorch's memory viewer opens), perfetto (Chrome trace JSON), rmm-csv
+
+Examples:
+  gmlake replay ../shared/traces/llama1b_lora.pickle.gz --policy gmlake --json
+  gmlake replay trace.pickle.gz -p vms --capacity 12GiB --export memory-viz vms.pickle`,
+  async run(values, positionals) {
+    if (positionals.length > 1) throw new UsageError("replay takes one trace (use compare for several)");
+    const policy = checkPolicy(String(values.policy ?? "caching"));
+    const driver = parseDriver(values.driver);
+    const capacity = parseCapacity(values.capacity);
+    const options = parseSets(values.set);
+    const integrityArg = values.integrity === undefined ? undefined : String(values.integrity);
+    if (integrityArg !== undefined && !["on", "off", "full"].includes(integrityArg)) {
+      throw new UsageError(`invalid --integrity '${integrityArg}': expected on, off or full`);
+    }
+    const exports = parseExports(values.export as string[] | undefined);
+    const t = await loadTrace(positionals[0]);
+    const record = values.plot !== undefined || exports.length > 0;
+    const { row, result } = runReplay(t, {
+      policy,
+      driver,
+      capacity,
+      options,
+      integrity: integrityArg === undefined ? undefined : integrityArg === "full" ? "full" : integrityArg === "on",
+      checkInvariants: Boolean(values.invariants),
+      record,
+    });
+    if (values.plot !== undefined && result.log) writePlot(String(values.plot), t.name, [{ label: policy, log: result.log }], t.snapshot.events);
+    for (const e of exports) if (result.log) writeExport(e.format, e.file, result.log, t.snapshot.allocatorSettings);
+    if (values.json) {
+      process.stdout.write(JSON.stringify(row) + "\n");
+      return;
+    }
+    process.stdout.write(describeRow(row) + "\n");
+  },
+};
+
+function parseExports(list: string[] | undefined): { format: string; file: string }[] {
+  return (list ?? []).map((item) => {
+    const i = item.indexOf("=");
+    const format = i > 0 ? item.slice(0, i) : item;
+    const file = i > 0 ? item.slice(i + 1) : "";
+    if (!EXPORT_FORMATS.includes(format)) throw new UsageError(`invalid --export format '${format}': expected ${EXPORT_FORMATS.join(", ")}`);
+    if (!file) throw new UsageError(`--export ${format} needs a file name (--export ${format} FILE)`);
+    return { format, file };
+  });
+}
+
+export function describeRow(r: ReplayRow): string {
+  const calls = Object.entries(r.driverCalls)
+    .filter(([, n]) => n > 0)
+    .map(([c, n]) => `${c} ${n}`)
+    .join(", ");
+  const lines = [
+    `${r.trace} with ${r.policy} on the ${r.driver} driver: ${r.events.toLocaleString("en-US")} events in ${r.wallMs.toFixed(0)} ms (${(r.eventsPerSecond / 1e6).toFixed(2)} M events/s)`,
+    `  peak live       ${formatBytes(r.peakLiveBytes)} (requested bytes; ${formatBytes(r.peakAllocatedBytes)} allocated as ${r.policy} counts blocks)`,
+    `  peak reserved   ${formatBytes(r.peakReservedBytes)}`,
+    `  utilization     ${r.utilization.toFixed(3)}`,
+    `  out of memory   ${r.oom ? `at event ${r.oom.eventIndex}: ${formatBytes(r.oom.requestBytes)} requested with ${formatBytes(r.oom.reservedBytes)} reserved` : "no"}`,
+    `  driver calls    ${calls || "none"}`,
+    `  driver time     ${(r.driverTimeUs / 1000).toFixed(2)} ms${r.traceDurationUs > 0 ? ` (${((100 * r.driverTimeUs) / r.traceDurationUs).toFixed(3)}% of the trace's ${(r.traceDurationUs / 1e6).toFixed(2)} s)` : ""}; ${r.driverCallsSecondHalf} calls in the second half`,
+  ];
+  if (r.driver !== "sim") lines.push(`  integrity       ${r.integrityErrors} errors in ${r.integrityChecked} checked blocks`);
+  return lines.join("\n");
+}

@@ -1,0 +1,80 @@
+import { verify, type VerifyResult } from "@gmlake/stitch";
+import type { Command } from "../command.js";
+import { loadTrace } from "../load-trace.js";
+import { asUsage, checkPolicy } from "../options.js";
+import { formatBytes } from "../sizes.js";
+
+export interface VerifyJson {
+  trace: string;
+  policy: string;
+  recordedSegments: number;
+  replayedSegments: number;
+  firstMismatch: VerifyResult["firstMismatch"];
+  allocsCompared: number;
+  firstAllocMismatch: VerifyResult["firstAllocMismatch"];
+  recordedPeakReservedBytes: number;
+  replayedPeakReservedBytes: number;
+  match: boolean;
+}
+
+export const verifyCommand: Command = {
+  name: "verify",
+  summary: "check that our model of PyTorch's allocator makes the decisions PyTorch recorded",
+  positionals: "optional-many",
+  options: { json: { type: "boolean" }, policy: { type: "string", short: "p" } },
+  help: `Usage: gmlake verify [trace...] [--json] [--policy caching|expandable]
+
+Replays each trace with the model of the allocator that recorded it (expandable when
+its allocator_settings say expandable_segments, else caching) and compares the model's
+segment decisions (cudaMalloc/cudaFree sizes, or expandable map/unmap ranges) with the
+segment events PyTorch recorded, event for event, and the peak reserved. Every replayed
+allocation is also checked to land at the address PyTorch gave it.
+
+Options:
+  --json     one JSON object per trace: trace, policy, recordedSegments,
+             replayedSegments, firstMismatch (null or {index, recorded, replayed}),
+             allocsCompared, firstAllocMismatch, recordedPeakReservedBytes,
+             replayedPeakReservedBytes, match
+  --policy   force the model (default: from the trace's settings)
+
+Exit status: 0 whether or not it matches (the 'match' field says); 2 on bad input.
+
+Example:
+  gmlake verify ../shared/traces/gpt2_ft.pickle.gz ../shared/traces/gpt2_ft_expandable.pickle.gz`,
+  async run(values, positionals) {
+    const paths = positionals.length ? positionals : [undefined];
+    const policy = values.policy === undefined ? undefined : checkPolicy(String(values.policy));
+    for (const p of paths) {
+      const t = await loadTrace(p);
+      const r = asUsage(() => verify(t.snapshot, { policy }));
+      const out: VerifyJson = {
+        trace: t.name,
+        policy: r.policy,
+        recordedSegments: r.recordedSegments,
+        replayedSegments: r.replayedSegments,
+        firstMismatch: r.firstMismatch,
+        allocsCompared: r.allocsCompared,
+        firstAllocMismatch: r.firstAllocMismatch,
+        recordedPeakReservedBytes: r.recordedPeakReservedBytes,
+        replayedPeakReservedBytes: r.replayedPeakReservedBytes,
+        match: r.match,
+      };
+      if (values.json) {
+        process.stdout.write(JSON.stringify(out) + "\n");
+        continue;
+      }
+      const lines = [
+        `${t.name} (${r.policy} model): ${r.match ? "MATCH" : "MISMATCH"}`,
+        `  segment events  recorded ${r.recordedSegments}, replayed ${r.replayedSegments}`,
+        `  peak reserved   recorded ${formatBytes(r.recordedPeakReservedBytes)}, replayed ${formatBytes(r.replayedPeakReservedBytes)}`,
+        `  block addresses ${r.firstAllocMismatch ? `first differs at event ${r.firstAllocMismatch.eventIndex}` : `all ${r.allocsCompared} allocations at the recorded address`}`,
+      ];
+      if (r.firstMismatch) {
+        const f = r.firstMismatch;
+        const show = (e: typeof f.recorded) => (e ? `${e.kind} ${e.size} B` : "nothing");
+        lines.push(`  first mismatch  segment event #${f.index}: recorded ${show(f.recorded)}, replayed ${show(f.replayed)}`);
+      }
+      process.stdout.write(lines.join("\n") + "\n");
+    }
+  },
+};

@@ -1,0 +1,22 @@
+import { basename } from "node:path";
+import { readSnapshot, type Snapshot } from "@gmlake/torch-trace";
+import { DEFAULT_TRACE } from "./default-trace.js";
+
+export interface LoadedTrace {
+  /** The path given, or the embedded default's. */
+  path: string;
+  /** A short name for tables and file names: the file name without .pickle(.gz). */
+  name: string;
+  snapshot: Snapshot;
+}
+
+export function traceName(path: string): string {
+  return basename(path).replace(/\.gz$/, "").replace(/\.(pickle|pkl)$/, "");
+}
+
+/** Reads a snapshot (SnapshotError on bad input, which the CLI reports as exit 2). */
+export async function loadTrace(path: string | undefined): Promise<LoadedTrace> {
+  const p = path ?? DEFAULT_TRACE;
+  const snapshot = await readSnapshot(p);
+  return { path: p, name: path === undefined ? "train_default (embedded)" : traceName(p), snapshot };
+}

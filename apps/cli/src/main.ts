@@ -1,0 +1,90 @@
+#!/usr/bin/env node
+import { parseArgs } from "node:util";
+import { EXIT_BAD_INPUT, EXIT_INTERNAL, UsageError, isInputError } from "./cli-error.js";
+import type { Command } from "./command.js";
+import { COMMANDS } from "./commands/index.js";
+
+const HELP = `gmlake: how much GPU memory each allocator wastes on your PyTorch job
+
+Usage: gmlake <command> [options]
+
+Commands:
+${COMMANDS.map((c) => `  ${c.name.padEnd(9)} ${c.summary}`).join("\n")}
+
+Run 'gmlake <command> --help' for a command's options and an example.
+Without a trace argument, compare runs on a small embedded trace.
+Exit codes: 0 success (an out-of-memory found by a replay is a result), 2 bad input or usage, 1 internal failure.`;
+
+/** `--export FORMAT FILE` takes two words; parseArgs takes one, so join them as FORMAT=FILE. */
+function joinExportArgs(argv: string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const next = argv[i + 1];
+    const file = argv[i + 2];
+    if (a === "--export" && next !== undefined && !next.includes("=") && file !== undefined && !file.startsWith("-")) {
+      out.push(`--export=${next}=${file}`);
+      i += 2;
+    } else out.push(a);
+  }
+  return out;
+}
+
+async function runCommand(cmd: Command, argv: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args: joinExportArgs(argv),
+    options: { ...cmd.options, help: { type: "boolean", short: "h" } },
+    allowPositionals: cmd.positionals !== "none",
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(cmd.help.trimEnd() + "\n");
+    return;
+  }
+  if (cmd.positionals === "one" && positionals.length !== 1) {
+    throw new UsageError(`${cmd.name} takes exactly one trace file (see 'gmlake ${cmd.name} --help')`);
+  }
+  if (cmd.positionals === "many" && positionals.length === 0) {
+    throw new UsageError(`${cmd.name} needs at least one trace file (see 'gmlake ${cmd.name} --help')`);
+  }
+  await cmd.run(values, positionals);
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  try {
+    if (name === undefined) {
+      process.stderr.write(HELP + "\n");
+      return EXIT_BAD_INPUT;
+    }
+    if (name === "--help" || name === "-h" || name === "help") {
+      process.stdout.write(HELP + "\n");
+      return 0;
+    }
+    if (name === "--version" || name === "-V") {
+      process.stdout.write("gmlake 0.1.0\n");
+      return 0;
+    }
+    const cmd = COMMANDS.find((c) => c.name === name);
+    if (!cmd) throw new UsageError(`unknown command '${name}' (commands: ${COMMANDS.map((c) => c.name).join(", ")})`);
+    await runCommand(cmd, rest);
+    return 0;
+  } catch (e) {
+    if (isInputError(e)) {
+      process.stderr.write(`gmlake: ${e.message.split("\n")[0]}\n`);
+      return EXIT_BAD_INPUT;
+    }
+    const msg = e instanceof Error ? e.message.split("\n")[0] : String(e);
+    process.stderr.write(`gmlake: internal error: ${msg}\n`);
+    if (process.env.GMLAKE_DEBUG && e instanceof Error) process.stderr.write(`${e.stack}\n`);
+    return EXIT_INTERNAL;
+  }
+}
+
+// EPIPE (e.g. `gmlake compare | head`) is not an error worth a stack trace.
+process.stdout.on("error", (e: NodeJS.ErrnoException) => {
+  if (e.code === "EPIPE") process.exit(0);
+});
+
+const code = await main(process.argv.slice(2));
+process.exitCode = code;

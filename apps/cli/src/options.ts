@@ -1,0 +1,86 @@
+import { createDriver, type VmmDriver } from "@gmlake/vmm";
+import { getPolicy, listPolicies } from "@gmlake/stitch";
+import { UsageError } from "./cli-error.js";
+import { parseSize } from "./sizes.js";
+
+export type DriverChoice = "sim" | "host" | "cuda" | "auto";
+const DRIVERS: readonly DriverChoice[] = ["sim", "host", "cuda", "auto"];
+
+export function parseDriver(value: unknown, fallback: DriverChoice = "sim"): DriverChoice {
+  if (value === undefined) return fallback;
+  if (typeof value === "string" && (DRIVERS as readonly string[]).includes(value)) return value as DriverChoice;
+  throw new UsageError(`invalid --driver '${String(value)}': expected one of ${DRIVERS.join(", ")}`);
+}
+
+/** A fresh driver for one run; the caller closes it. Errors (no GPU for cuda) are input errors. */
+export function openDriver(choice: DriverChoice): VmmDriver {
+  try {
+    return createDriver(choice);
+  } catch (e) {
+    const code = (e as { code?: string }).code ?? "";
+    throw new UsageError(`cannot open the ${choice} driver: ${(e as Error).message.split("\n")[0]}${code && !(e as Error).message.includes(code) ? ` (${code})` : ""}`);
+  }
+}
+
+export function parseCapacity(value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  return parseSize(String(value), "--capacity");
+}
+
+export function parsePolicies(value: unknown, fallback: string[]): string[] {
+  const names = value === undefined ? fallback : String(value).split(",").map((s) => s.trim()).filter(Boolean);
+  if (names.length === 0) throw new UsageError("--policies needs at least one policy name");
+  for (const n of names) checkPolicy(n);
+  return names;
+}
+
+export function checkPolicy(name: string): string {
+  try {
+    getPolicy(name);
+  } catch {
+    throw new UsageError(`unknown policy '${name}' (policies: ${listPolicies().map((p) => p.name).join(", ")})`);
+  }
+  return name;
+}
+
+/**
+ * `--set key=value` knobs: numbers (sizes with units too: fragLimit=512MiB), true/false,
+ * null, else strings. The policy itself rejects unknown keys and wrong types.
+ */
+export function parseSets(values: unknown): Record<string, unknown> {
+  const list = values === undefined ? [] : Array.isArray(values) ? values : [values];
+  const out: Record<string, unknown> = {};
+  for (const item of list) {
+    const text = String(item);
+    const eq = text.indexOf("=");
+    if (eq <= 0) throw new UsageError(`invalid --set '${text}': expected key=value`);
+    const key = text.slice(0, eq).trim();
+    const raw = text.slice(eq + 1).trim();
+    let v: unknown;
+    if (raw === "true" || raw === "false") v = raw === "true";
+    else if (raw === "null") v = null;
+    else if (/^-?\d+(\.\d+)?(e\d+)?$/i.test(raw)) v = Number(raw);
+    else if (/^\d+(\.\d+)?\s*[a-zA-Z]+$/.test(raw)) v = parseSize(raw, `--set ${key}`);
+    else if (/^\[.*\]$/.test(raw)) {
+      try {
+        v = JSON.parse(raw);
+      } catch {
+        throw new UsageError(`invalid --set '${text}': not a JSON array`);
+      }
+    } else v = raw;
+    out[key] = v;
+  }
+  return out;
+}
+
+/** Stitch's own errors about options (unknown knob, wrong type) are usage errors. */
+export function asUsage<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    // BAD_TRACE: a malformed event stream (stitch's replay refuses it naming the event) is bad input too
+    if (code === "BAD_OPTION" || code === "UNKNOWN_POLICY" || code === "BAD_ARGUMENT" || code === "BAD_TRACE") throw new UsageError((e as Error).message);
+    throw e;
+  }
+}
