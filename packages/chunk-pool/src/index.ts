@@ -1,0 +1,3 @@
+export type { Chunk } from "./chunk.js";
+export { ChunkPool, type ChunkPoolOptions, type Translation } from "./chunk-pool.js";
+export { ChunkPoolError, type ChunkPoolErrorCode } from "./errors.js";

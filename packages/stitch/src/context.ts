@@ -1,0 +1,180 @@
+import type { Chunk, ChunkPool } from "@gmlake/chunk-pool";
+import { DRIVER_CALLS, type VmmDriver } from "@gmlake/vmm";
+import { EventKind, type AllocatorSettings, type EventLog } from "@gmlake/trace";
+import { isDriverOom } from "./errors.js";
+import type { AllocatorStats } from "./stats.js";
+
+const CALL_INDEX: Record<string, number> = Object.fromEntries(DRIVER_CALLS.map((c, i) => [c, i]));
+
+/**
+ * What a policy works with: the driver, the chunk pool, the statistics and the recorder,
+ * behind calls that keep them consistent. A policy never calls driver.memAlloc/memCreate
+ * itself; it calls these, so that `reserved` and the event log cannot drift from what the
+ * driver holds (the invariant checker compares them).
+ */
+export class AllocatorContext {
+  readonly driver: VmmDriver;
+  readonly chunks: ChunkPool;
+  readonly settings: AllocatorSettings;
+  readonly stats: AllocatorStats;
+  readonly device: number;
+  /** Where allocator events go; null = not recorded. */
+  readonly recorder: EventLog | null;
+  /** Live memAlloc'd segments: address -> size. */
+  readonly plainSegments = new Map<number, number>();
+  /** Bytes of live memAlloc'd segments. */
+  plainBytes = 0;
+  /** Live virtual reservations: address -> size. */
+  readonly reservations = new Map<number, number>();
+  /** Time stamp written into recorded events (the replayer sets it to the trace's clock). */
+  nowUs = 0;
+  private readonly streamIds = new Map<number, number>();
+  private lastStream = NaN;
+  private lastStreamId = 0;
+
+  constructor(driver: VmmDriver, chunks: ChunkPool, settings: AllocatorSettings, stats: AllocatorStats, recorder: EventLog | null, device = 0) {
+    this.driver = driver;
+    this.chunks = chunks;
+    this.settings = settings;
+    this.stats = stats;
+    this.recorder = recorder;
+    this.device = device;
+  }
+
+  /** Record an event (stream is the raw cudaStream_t value). */
+  record(kind: EventKind, addr: number, size: number, stream: number, aux = 0): void {
+    const r = this.recorder;
+    if (r === null) return;
+    let s: number | undefined;
+    if (stream === this.lastStream) s = this.lastStreamId;
+    else {
+      s = this.streamIds.get(stream);
+      if (s === undefined) {
+        s = r.streamId(stream);
+        this.streamIds.set(stream, s);
+      }
+      this.lastStream = stream;
+      this.lastStreamId = s;
+    }
+    r.push(kind, addr, size, s, this.device, this.nowUs, aux);
+  }
+
+  /** cudaMalloc a segment: its address, or -1 when the driver is out of memory. Records segment_alloc. */
+  segmentAlloc(size: number, stream: number): number {
+    // a request near 2^53 rounds past what a byte count can be: no device holds it
+    if (!Number.isSafeInteger(size)) return -1;
+    let addr: number;
+    try {
+      addr = this.driver.memAlloc(size);
+    } catch (e) {
+      if (isDriverOom(e)) return -1;
+      throw e;
+    }
+    this.plainSegments.set(addr, size);
+    this.plainBytes += size;
+    const st = this.stats;
+    st.reservedBytes += size;
+    st.bumpReserved();
+    st.segments++;
+    st.numSegmentAllocs++;
+    this.record(EventKind.segmentAlloc, addr, size, stream);
+    return addr;
+  }
+
+  /** cudaFree a segment made by segmentAlloc. Records segment_free. */
+  segmentFree(addr: number, size: number, stream: number): void {
+    this.driver.memFree(addr);
+    this.plainSegments.delete(addr);
+    this.plainBytes -= size;
+    this.stats.reservedBytes -= size;
+    this.stats.segments--;
+    this.stats.numSegmentFrees++;
+    this.record(EventKind.segmentFree, addr, size, stream);
+  }
+
+  /**
+   * cuMemCreate a chunk: null when the driver is out of memory. Records physicalCreate.
+   * `tentative`: part of an all-or-nothing batch (PyTorch counts a page as reserved only
+   * once the whole range is mapped): the peak is not raised; call commitReserved() after.
+   */
+  createChunk(size: number, tentative = false): Chunk | null {
+    let c: Chunk;
+    try {
+      c = this.chunks.create(size);
+    } catch (e) {
+      if (isDriverOom(e)) return null;
+      throw e;
+    }
+    this.stats.reservedBytes += size;
+    if (!tentative) this.stats.bumpReserved();
+    this.record(EventKind.physicalCreate, 0, size, 0, c.id);
+    return c;
+  }
+
+  /** Raise the reserved peak to the current reserved bytes (after a tentative batch succeeded). */
+  commitReserved(): void {
+    this.stats.bumpReserved();
+  }
+
+  /** cuMemRelease a chunk (unmapped everywhere). Records physicalRelease. */
+  releaseChunk(c: Chunk): void {
+    this.chunks.release(c);
+    this.stats.reservedBytes -= c.size;
+    this.record(EventKind.physicalRelease, 0, c.size, 0, c.id);
+  }
+
+  /** cuMemAddressReserve. Records reserve. */
+  reserve(size: number, alignment = 0): number {
+    const a = this.driver.memAddressReserve(size, alignment);
+    this.reservations.set(a, size);
+    this.record(EventKind.reserve, a, size, 0);
+    return a;
+  }
+
+  /** cuMemAddressFree. Records reserveFree. */
+  reserveFree(addr: number, size: number): void {
+    this.driver.memAddressFree(addr, size);
+    this.reservations.delete(addr);
+    this.record(EventKind.reserveFree, addr, size, 0);
+  }
+
+  /**
+   * Map chunks side by side at addr + one setAccess. Records map (aux = chunks). All or
+   * nothing: when a map or the set-access fails, the mappings this call made are undone
+   * before the error is rethrown (a half-mapped range would break every later use of it).
+   */
+  mapChunks(addr: number, chunks: readonly Chunk[], stream = 0): number {
+    const pool = this.chunks;
+    let at = addr;
+    let i = 0;
+    try {
+      for (; i < chunks.length; i++) {
+        pool.map(chunks[i]!, at);
+        at += chunks[i]!.size;
+      }
+      if (at > addr) this.driver.memSetAccess(addr, at - addr);
+    } catch (e) {
+      while (i > 0) {
+        const c = chunks[--i]!;
+        at -= c.size;
+        pool.unmap(c, at);
+      }
+      throw e;
+    }
+    const bytes = at - addr;
+    this.record(EventKind.map, addr, bytes, stream, chunks.length);
+    return bytes;
+  }
+
+  /** Unmap chunks mapped by mapChunks. Records unmap (aux = chunks). */
+  unmapChunks(addr: number, chunks: readonly Chunk[], stream = 0): number {
+    const bytes = this.chunks.unmapRun(addr, chunks);
+    this.record(EventKind.unmap, addr, bytes, stream, chunks.length);
+    return bytes;
+  }
+
+  /** A driver call recorded as EventKind.driverCall (policies that call the driver directly). */
+  recordDriverCall(call: string, addr: number, size: number): void {
+    this.record(EventKind.driverCall, addr, size, 0, CALL_INDEX[call] ?? -1);
+  }
+}

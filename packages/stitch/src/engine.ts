@@ -1,0 +1,164 @@
+import { ChunkPool } from "@gmlake/chunk-pool";
+import type { VmmDriver } from "@gmlake/vmm";
+import { DEFAULT_ALLOCATOR_SETTINGS, EventKind, EventLog, type AllocatorSettings } from "@gmlake/trace";
+import type { Block } from "./block.js";
+import { AllocatorContext } from "./context.js";
+import { OutOfMemoryError, StitchError } from "./errors.js";
+import { IntegrityChecker } from "./integrity.js";
+import { InvariantChecker } from "./invariants.js";
+import { getPolicy, resolveOptions, type Policy, type PolicyInstance, type PolicyOptions } from "./policy.js";
+import { AllocatorStats } from "./stats.js";
+
+export interface AllocatorOptions {
+  /** The policy's knobs (overlaid on its defaults). */
+  options?: PolicyOptions;
+  /** PyTorch allocator settings (a trace's recorded ones); default: PyTorch's defaults. */
+  settings?: AllocatorSettings;
+  /** Where allocator events are recorded; default a fresh EventLog; null = none. */
+  recorder?: EventLog | null;
+  /** Record alloc / free_requested / free_completed too (default true). */
+  recordAllocations?: boolean;
+  device?: number;
+  /** Check invariants: true = at every malloc/free (cheap checks) and a full check every 4096 ops; a number = full check period. */
+  checkInvariants?: boolean | number;
+  /** Stamp and check allocations: true = ends and seams; "full" = every byte. Needs a driver with memory (host, cuda). */
+  integrity?: boolean | "full";
+  /** Chunk sizes the chunk pool allows (default: any multiple of the granularity). */
+  chunkSizes?: number[];
+}
+
+/**
+ * The allocator engine: one policy instance on one driver, plus the books every policy
+ * shares: statistics, deferred frees, the recorder, invariant and integrity checks.
+ * malloc -> policy.malloc; free is two-phase as in PyTorch (free_requested, then
+ * free_completed once the streams that used the block are done).
+ */
+export class Allocator {
+  readonly policy: Policy;
+  readonly instance: PolicyInstance;
+  readonly ctx: AllocatorContext;
+  readonly stats: AllocatorStats;
+  readonly recorder: EventLog | null;
+  readonly invariants: InvariantChecker | null;
+  readonly integrity: IntegrityChecker | null;
+  private readonly recordAllocations: boolean;
+  private nextId = 1;
+
+  constructor(policy: Policy | string, driver: VmmDriver, opts: AllocatorOptions = {}) {
+    this.policy = typeof policy === "string" ? getPolicy(policy) : policy;
+    const options = resolveOptions(this.policy, opts.options);
+    this.stats = new AllocatorStats();
+    this.recorder = opts.recorder === undefined ? new EventLog(4096) : opts.recorder;
+    this.recordAllocations = opts.recordAllocations ?? true;
+    const chunks = new ChunkPool(driver, opts.chunkSizes ? { chunkSizes: opts.chunkSizes } : {});
+    this.ctx = new AllocatorContext(driver, chunks, opts.settings ?? DEFAULT_ALLOCATOR_SETTINGS, this.stats, this.recorder, opts.device ?? 0);
+    this.instance = this.policy.create(this.ctx, options);
+    const ci = opts.checkInvariants ?? false;
+    this.invariants = ci === false ? null : new InvariantChecker(this, ci === true ? 4096 : ci);
+    this.integrity = opts.integrity ? new IntegrityChecker(driver, opts.integrity === "full") : null;
+  }
+
+  /** Allocate `size` bytes on `stream`; null when out of memory (an `oom` event is recorded). */
+  tryMalloc(size: number, stream = 0): Block | null {
+    if (!(size >= 0) || !Number.isSafeInteger(size)) {
+      throw new StitchError("BAD_ARGUMENT", `Expected a non-negative integer size but received ${size}`);
+    }
+    const b = this.instance.malloc(size, stream);
+    const st = this.stats;
+    if (b === null) {
+      st.numOoms++;
+      this.ctx.record(EventKind.oom, 0, size, stream);
+      return null;
+    }
+    b.allocated = true;
+    b.pendingFree = false;
+    b.requested = size;
+    b.id = this.nextId++;
+    st.allocations++;
+    st.allocatedBytes += b.size;
+    if (st.allocatedBytes > st.peakAllocatedBytes) st.peakAllocatedBytes = st.allocatedBytes;
+    st.activeBytes += b.size;
+    if (st.activeBytes > st.peakActiveBytes) st.peakActiveBytes = st.activeBytes;
+    st.requestedBytes += size;
+    if (st.requestedBytes > st.peakRequestedBytes) st.peakRequestedBytes = st.requestedBytes;
+    if (this.recordAllocations) this.ctx.record(EventKind.alloc, b.addr, size, stream);
+    if (this.invariants !== null) this.invariants.onMalloc(b);
+    if (this.integrity !== null) this.integrity.stamp(b);
+    return b;
+  }
+
+  /** Allocate or throw OutOfMemoryError. */
+  malloc(size: number, stream = 0): Block {
+    const b = this.tryMalloc(size, stream);
+    if (b === null) {
+      throw new OutOfMemoryError(size, stream, `reserved ${this.stats.reservedBytes} B, allocated ${this.stats.allocatedBytes} B`);
+    }
+    return b;
+  }
+
+  /** free_requested: the program dropped the block; it stays active until freeCompleted. */
+  freeRequested(b: Block): void {
+    if (!b.allocated || b.pendingFree) {
+      throw new StitchError("BAD_ARGUMENT", `block at 0x${b.addr.toString(16)} is not live (double free?)`);
+    }
+    b.pendingFree = true;
+    this.stats.allocatedBytes -= b.size;
+    if (this.integrity !== null) this.integrity.check(b);
+    if (this.recordAllocations) this.ctx.record(EventKind.freeRequested, b.addr, b.requested, b.stream);
+  }
+
+  /** free_completed: the memory goes back to the policy. */
+  freeCompleted(b: Block): void {
+    if (!b.pendingFree) {
+      throw new StitchError("BAD_ARGUMENT", `block at 0x${b.addr.toString(16)} has no free_requested before free_completed`);
+    }
+    const st = this.stats;
+    st.activeBytes -= b.size;
+    st.requestedBytes -= b.requested;
+    st.allocations--;
+    if (this.recordAllocations) this.ctx.record(EventKind.freeCompleted, b.addr, b.requested, b.stream);
+    if (this.invariants !== null) this.invariants.onFree(b);
+    b.pendingFree = false;
+    b.allocated = false;
+    this.instance.free(b);
+  }
+
+  /** Both phases at once (a free not used on other streams). */
+  free(b: Block): void {
+    this.freeRequested(b);
+    this.freeCompleted(b);
+  }
+
+  /** torch.cuda.empty_cache(). */
+  emptyCache(): void {
+    this.ctx.record(EventKind.emptyCache, 0, 0, 0);
+    this.instance.emptyCache();
+  }
+
+  /** Run the full invariant check now (throws StitchError INVARIANT on violation). */
+  check(): void {
+    (this.invariants ?? new InvariantChecker(this, 0)).full();
+  }
+
+  /**
+   * Release everything: live blocks are freed, cached memory released, and the policy's
+   * teardown must leave no handle, mapping or segment behind (checked).
+   */
+  close(liveBlocks: Iterable<Block> = []): void {
+    for (const b of liveBlocks) {
+      if (b.allocated) {
+        if (!b.pendingFree) this.freeRequested(b);
+        this.freeCompleted(b);
+      }
+    }
+    this.instance.teardown();
+    const c = this.ctx;
+    if (c.chunks.liveChunks !== 0 || c.chunks.mappingCount !== 0 || c.plainSegments.size !== 0 || c.reservations.size !== 0) {
+      throw new StitchError(
+        "INVARIANT",
+        `policy ${this.policy.name} teardown left ${c.chunks.liveChunks} handles, ${c.chunks.mappingCount} mappings, ${c.plainSegments.size} segments, ${c.reservations.size} reservations`,
+      );
+    }
+  }
+}
+

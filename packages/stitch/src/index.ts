@@ -1,0 +1,30 @@
+export { Block } from "./block.js";
+export { BlockPool } from "./block-pool.js";
+export { AllocatorContext } from "./context.js";
+export { Allocator, type AllocatorOptions } from "./engine.js";
+export { StitchError, OutOfMemoryError, isDriverOom, type StitchErrorCode } from "./errors.js";
+export { IntegrityChecker } from "./integrity.js";
+export { InvariantChecker } from "./invariants.js";
+export {
+  registerPolicy,
+  unregisterPolicy,
+  getPolicy,
+  listPolicies,
+  resolveOptions,
+  type Policy,
+  type PolicyInstance,
+  type PolicyOptions,
+} from "./policy.js";
+export * from "./rounding.js";
+export { AllocatorStats } from "./stats.js";
+export { CachingAllocator, cachingPolicy, type CachingOptions } from "./policies/caching.js";
+export { ExpandableAllocator, expandablePolicy, type ExpandableOptions } from "./policies/expandable.js";
+export { VmsAllocator, vmsPolicy, type VmsOptions } from "./policies/vms.js";
+export { GmlakeAllocator, gmlakePolicy, type GmlakeOptions } from "./policies/gmlake.js";
+export { BUILTIN_POLICIES } from "./policies/builtin.js";
+export { replay, type ReplayOptions, type ReplayResult, type OomReport } from "./replay.js";
+export { replayRow, type ReplayRow } from "./replay-row.js";
+export { verify, type VerifyOptions, type VerifyResult, type SnapshotLike, type SegmentEvent } from "./verify.js";
+export { AddressOracleDriver } from "./address-oracle.js";
+export { planTrace, type TracePlan } from "./pairing.js";
+export { privatePoolTags, poolStreamKey } from "./private-pools.js";

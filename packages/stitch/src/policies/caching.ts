@@ -1,0 +1,212 @@
+import { Block } from "../block.js";
+import { BlockPool } from "../block-pool.js";
+import type { AllocatorContext } from "../context.js";
+import type { Policy, PolicyInstance } from "../policy.js";
+import { StitchError } from "../errors.js";
+import { allocationSize, kMinBlockSize, kSmallSize, roundSize } from "../rounding.js";
+
+export interface CachingOptions extends Record<string, unknown> {
+  /** Bytes; null = from the trace's allocator settings (-1 / unset = unlimited). */
+  maxSplitSize: number | null;
+  /** Bytes; null = from settings (PyTorch default 20 MiB). */
+  maxNonSplitRounding: number | null;
+  /** 16 entries indexed by log2(size) - 20; null = from settings. */
+  roundupPower2Divisions: number[] | null;
+}
+
+/** Segment bookkeeping of a cudaMalloc'd segment. */
+class Segment {
+  constructor(
+    readonly addr: number,
+    readonly size: number,
+    readonly stream: number,
+  ) {}
+}
+
+/**
+ * PyTorch's CUDA caching allocator (torch 2.11, expandable_segments off): see
+ * ../shared/reference/pytorch-allocator.md. Mirrors DeviceCachingAllocator::malloc,
+ * get_free_block, alloc_block, release_available_cached_blocks, release_cached_blocks,
+ * alloc_found_block (split), free_block (merge).
+ */
+export class CachingAllocator implements PolicyInstance {
+  readonly small = new BlockPool("small", true);
+  readonly large = new BlockPool("large", false);
+  private readonly ctx: AllocatorContext;
+  private readonly maxSplit: number;
+  private readonly maxNonSplitRounding: number;
+  private readonly rp2: number[] | null;
+
+  constructor(ctx: AllocatorContext, o: CachingOptions) {
+    this.ctx = ctx;
+    checkPytorchOptions(o);
+    const s = ctx.settings;
+    const ms = o.maxSplitSize ?? s.maxSplitSize;
+    this.maxSplit = ms === null || ms < 0 ? Infinity : ms;
+    this.maxNonSplitRounding = o.maxNonSplitRounding ?? s.maxNonSplitRounding;
+    const rp2 = o.roundupPower2Divisions ?? s.roundupPower2Divisions;
+    this.rp2 = rp2.some((d) => d > 1) ? rp2 : null;
+  }
+
+  malloc(size: number, stream: number): Block | null {
+    const rounded = roundSize(size, this.rp2);
+    const pool = rounded <= kSmallSize ? this.small : this.large;
+    let b = this.getFreeBlock(pool, stream, rounded);
+    if (b === null) {
+      // No memory fraction is modelled, so garbage_collect_cached_blocks never runs (it needs set_fraction).
+      const allocSize = allocationSize(rounded);
+      b = this.allocBlock(pool, stream, allocSize);
+      if (b === null && this.releaseAvailableCachedBlocks(pool, stream, rounded)) b = this.allocBlock(pool, stream, allocSize);
+      if (b === null) {
+        this.releaseCachedBlocks();
+        this.ctx.stats.numAllocRetries++;
+        b = this.allocBlock(pool, stream, allocSize);
+      }
+      if (b === null) return null;
+    }
+    return this.allocFoundBlock(b, rounded, pool);
+  }
+
+  private getFreeBlock(pool: BlockPool, stream: number, size: number): Block | null {
+    const b = pool.seek(stream, size);
+    if (b === null || b.stream !== stream) return null;
+    // Do not return an oversized block for a small request, nor a much larger one for a large request.
+    if (size < this.maxSplit && b.size >= this.maxSplit) return null;
+    if (size >= this.maxSplit && b.size >= size + this.maxNonSplitRounding) return null;
+    return pool.takeAtCursor();
+  }
+
+  private allocBlock(pool: BlockPool, stream: number, allocSize: number): Block | null {
+    const addr = this.ctx.segmentAlloc(allocSize, stream);
+    if (addr < 0) return null;
+    const b = new Block(addr, allocSize, stream, pool);
+    b.segment = new Segment(addr, allocSize, stream);
+    return b;
+  }
+
+  private shouldSplit(b: Block, size: number): boolean {
+    const remaining = b.size - size;
+    if (b.pool!.isSmall) return remaining >= kMinBlockSize;
+    return size < this.maxSplit && remaining > kSmallSize;
+  }
+
+  private allocFoundBlock(b: Block, size: number, pool: BlockPool): Block {
+    if (!this.shouldSplit(b, size)) return b;
+    // The allocated part keeps the lower address; the remainder goes back to the pool.
+    const a = new Block(b.addr, size, b.stream, pool);
+    a.segment = b.segment;
+    a.prev = b.prev;
+    if (a.prev !== null) a.prev.next = a;
+    a.next = b;
+    b.prev = a;
+    b.addr += size;
+    b.size -= size;
+    pool.insert(b);
+    return a;
+  }
+
+  free(b: Block): void {
+    const pool = b.pool!;
+    const prev = b.prev;
+    if (prev !== null && !prev.allocated) {
+      pool.delete(prev);
+      b.addr = prev.addr;
+      b.size += prev.size;
+      b.prev = prev.prev;
+      if (b.prev !== null) b.prev.next = b;
+    }
+    const next = b.next;
+    if (next !== null && !next.allocated) {
+      pool.delete(next);
+      b.size += next.size;
+      b.next = next.next;
+      if (b.next !== null) b.next.prev = b;
+    }
+    pool.insert(b);
+  }
+
+  /** With max_split_size set: release oversize cached blocks of this stream, largest first. */
+  private releaseAvailableCachedBlocks(pool: BlockPool, stream: number, size: number): boolean {
+    if (this.maxSplit === Infinity) return false;
+    const keySize = size < this.maxSplit ? this.maxSplit : size;
+    const all = pool.toArray();
+    // lower_bound(stream, keySize, 0)
+    let i = 0;
+    while (i < all.length && (all[i]!.stream < stream || (all[i]!.stream === stream && all[i]!.size < keySize))) i++;
+    if (i === all.length || all[i]!.stream !== stream) {
+      if (i === 0) return false;
+      let released = 0;
+      let j = i - 1;
+      while (j >= 0 && released < keySize && all[j]!.size >= this.maxSplit && all[j]!.stream === stream) {
+        const cur = all[j]!;
+        if (cur.prev === null && cur.next === null) {
+          released += cur.size;
+          this.releaseBlock(cur);
+        }
+        j--;
+      }
+      return released >= keySize;
+    }
+    const b = all[i]!;
+    if (b.prev !== null || b.next !== null) return false;
+    this.releaseBlock(b);
+    return true;
+  }
+
+  private releaseBlock(b: Block): void {
+    b.pool!.delete(b);
+    this.ctx.segmentFree(b.addr, b.size, b.stream);
+  }
+
+  /** release_cached_blocks: cudaFree every whole (unsplit) free segment, large pool first, in pool order. */
+  releaseCachedBlocks(): void {
+    for (const pool of [this.large, this.small]) {
+      for (const b of pool.toArray()) if (b.prev === null && b.next === null) this.releaseBlock(b);
+    }
+  }
+
+  emptyCache(): void {
+    this.releaseCachedBlocks();
+  }
+
+  teardown(): void {
+    this.releaseCachedBlocks();
+  }
+
+  check(): string | null {
+    for (const pool of [this.small, this.large]) {
+      const m = pool.checkOrder();
+      if (m) return m;
+      for (const b of pool.toArray()) {
+        if (b.allocated) return `allocated block 0x${b.addr.toString(16)} in pool ${pool.name}`;
+        if ((b.prev !== null && !b.prev.allocated) || (b.next !== null && !b.next.allocated)) {
+          return `free block 0x${b.addr.toString(16)} has an unmerged free neighbour`;
+        }
+        if (b.prev !== null && b.prev.addr + b.prev.size !== b.addr) return `broken chain at 0x${b.addr.toString(16)}`;
+      }
+    }
+    return null;
+  }
+}
+
+export const cachingPolicy: Policy<CachingOptions> = {
+  name: "caching",
+  description: "PyTorch's CUDA caching allocator (torch 2.11): small/large pools, best fit by (stream, size, address), split/merge, release-and-retry",
+  defaults: { maxSplitSize: null, maxNonSplitRounding: null, roundupPower2Divisions: null },
+  create: (ctx, o) => new CachingAllocator(ctx, o),
+};
+
+/** The knobs shared with PyTorch's configuration: null (= from the trace's settings) or a valid value. */
+export function checkPytorchOptions(o: { maxSplitSize: unknown; maxNonSplitRounding: unknown; roundupPower2Divisions: unknown }): void {
+  const bytes = (k: string, v: unknown) => {
+    if (v !== null && !(typeof v === "number" && Number.isSafeInteger(v) && v >= -1)) {
+      throw new StitchError("BAD_OPTION", `Expected null or a byte count for ${k} but received ${JSON.stringify(v)}`);
+    }
+  };
+  bytes("maxSplitSize", o.maxSplitSize);
+  bytes("maxNonSplitRounding", o.maxNonSplitRounding);
+  const d = o.roundupPower2Divisions;
+  if (d !== null && !(Array.isArray(d) && d.length === 16 && d.every((x) => Number.isInteger(x) && x >= 0))) {
+    throw new StitchError("BAD_OPTION", `Expected null or 16 non-negative integers for roundupPower2Divisions but received ${JSON.stringify(d)}`);
+  }
+}

@@ -1,0 +1,406 @@
+import type { Chunk } from "@gmlake/chunk-pool";
+import { EventKind } from "@gmlake/trace";
+import { Block } from "../block.js";
+import { BlockPool } from "../block-pool.js";
+import type { AllocatorContext } from "../context.js";
+import { isDriverOom } from "../errors.js";
+import type { Policy, PolicyInstance } from "../policy.js";
+import { checkPytorchOptions } from "./caching.js";
+import { kLargeBuffer, kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../rounding.js";
+
+export interface ExpandableOptions extends Record<string, unknown> {
+  /** Bytes; null = from settings (unlimited when unset). */
+  maxSplitSize: number | null;
+  maxNonSplitRounding: number | null;
+  roundupPower2Divisions: number[] | null;
+  /** Page (handle) size of the small pool's segments. */
+  smallPageSize: number;
+  /** Page (handle) size of the large pool's segments. */
+  largePageSize: number;
+}
+
+/** One reserved virtual range of pages (PyTorch's ExpandableSegment). */
+class ExpandableSegment {
+  /** pages[i]: the handle mapped at base + i * pageSize, or null. */
+  readonly pages: (Chunk | null)[] = [];
+  constructor(
+    readonly base: number,
+    readonly size: number,
+    readonly pageSize: number,
+    readonly stream: number,
+  ) {}
+}
+
+/** A pool's free mapped blocks plus its unmapped blocks ordered by (stream, address). */
+class Pool {
+  readonly blocks: BlockPool;
+  readonly unmapped: Block[] = [];
+  constructor(
+    readonly name: string,
+    readonly isSmall: boolean,
+    readonly pageSize: number,
+  ) {
+    this.blocks = new BlockPool(name, isSmall);
+  }
+  private pos(b: Block): number {
+    const u = this.unmapped;
+    let lo = 0;
+    let hi = u.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      const m = u[mid]!;
+      if (m.stream !== b.stream ? m.stream < b.stream : m.addr < b.addr) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+  addUnmapped(b: Block): void {
+    this.unmapped.splice(this.pos(b), 0, b);
+  }
+  removeUnmapped(b: Block): void {
+    const i = this.pos(b);
+    if (this.unmapped[i] === b) this.unmapped.splice(i, 1);
+  }
+}
+
+const allocatable = (b: Block | null): b is Block => b !== null && !b.allocated;
+
+/** A block's size for best fit: its size plus the unmapped block right after it (room to grow). */
+function xs(b: Block): number {
+  const n = b.next;
+  return n !== null && !n.mapped ? b.size + n.size : b.size;
+}
+
+/**
+ * PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, torch
+ * 2.11): one reserved range per (stream, pool) grown page by page (2 MiB small, 20 MiB
+ * large pages, one handle each); mirrors get_free_block's expandable ranking,
+ * try_allocate_expandable_block, map_block, unmap_block and release_blocks.
+ */
+export class ExpandableAllocator implements PolicyInstance {
+  readonly small: Pool;
+  readonly large: Pool;
+  private readonly ctx: AllocatorContext;
+  private readonly segments: ExpandableSegment[] = [];
+  private readonly maxSplit: number;
+  private readonly maxNonSplitRounding: number;
+  private readonly rp2: number[] | null;
+  private readonly addressSpace: number;
+
+  constructor(ctx: AllocatorContext, o: ExpandableOptions) {
+    this.ctx = ctx;
+    checkPytorchOptions(o);
+    const s = ctx.settings;
+    const ms = o.maxSplitSize ?? s.maxSplitSize;
+    this.maxSplit = ms === null || ms < 0 ? Infinity : ms;
+    this.maxNonSplitRounding = o.maxNonSplitRounding ?? s.maxNonSplitRounding;
+    const rp2 = o.roundupPower2Divisions ?? s.roundupPower2Divisions;
+    this.rp2 = rp2.some((d) => d > 1) ? rp2 : null;
+    const g = ctx.chunks.granularity;
+    for (const p of [o.smallPageSize, o.largePageSize]) {
+      if (!(p > 0) || p % g !== 0) throw new Error(`expandable: page size ${p} is not a multiple of the granularity ${g}`);
+    }
+    this.small = new Pool("small", true, o.smallPageSize);
+    this.large = new Pool("large", false, o.largePageSize);
+    // totalGlobalMem + totalGlobalMem / 8 (integer division, as PyTorch)
+    const t = ctx.driver.device.totalBytes;
+    this.addressSpace = t + Math.floor(t / 8);
+  }
+
+  malloc(size: number, stream: number): Block | null {
+    const rounded = roundSize(size, this.rp2);
+    const pool = rounded <= kSmallSize ? this.small : this.large;
+    let b = this.getFreeBlock(pool, stream, rounded);
+    if (b === null) {
+      b = this.tryAllocateExpandableBlock(pool, stream, rounded);
+      // release_available_cached_blocks skips expandable blocks, so with max_split_size it cannot help here.
+      if (b === null) {
+        this.releaseCachedBlocks();
+        this.ctx.stats.numAllocRetries++;
+        b = this.tryAllocateExpandableBlock(pool, stream, rounded);
+      }
+      if (b === null) return null;
+    }
+    // should_split with expandable segments: any remainder >= 512 B, both pools.
+    if (b.size - rounded >= kMinBlockSize) {
+      const a = new Block(b.addr, rounded, stream, b.pool);
+      a.segment = b.segment;
+      a.prev = b.prev;
+      if (a.prev !== null) a.prev.next = a;
+      a.next = b;
+      b.prev = a;
+      b.addr += rounded;
+      b.size -= rounded;
+      pool.blocks.insert(b);
+      return a;
+    }
+    return b;
+  }
+
+  private getFreeBlock(pool: Pool, stream: number, size: number): Block | null {
+    const blocks = pool.blocks;
+    let it = blocks.seek(stream, size);
+    if (it === null || it.stream !== stream) return null;
+    // Best fit by size + the unmapped block right after (a tail block can grow into it):
+    // walk forward while the next candidate's expandable size is smaller.
+    let next = blocks.advance();
+    while (next !== null && next.stream === stream && xs(next) < xs(it)) {
+      it = next;
+      next = blocks.advance();
+    }
+    if (size < this.maxSplit && it.size >= this.maxSplit) return null;
+    if (size >= this.maxSplit && it.size >= size + this.maxNonSplitRounding) return null;
+    blocks.delete(it);
+    return it;
+  }
+
+  /** find_expandable_block: the lowest-address unmapped block of the stream (with a free block before it) that has room. */
+  private findExpandableBlock(pool: Pool, stream: number, size: number): Block | null {
+    const hasSpace = (b: Block | null) => {
+      let bytes = 0;
+      while (bytes < size && allocatable(b)) {
+        bytes += b.size;
+        b = b.next;
+      }
+      return bytes >= size;
+    };
+    for (const u of pool.unmapped) {
+      if (u.stream < stream) continue;
+      if (u.stream !== stream) break;
+      const c = allocatable(u.prev) ? u.prev : u;
+      if (hasSpace(c)) return c;
+    }
+    return null;
+  }
+
+  /** A new segment's unmapped block, or null when the driver cannot reserve the range (out of memory). */
+  private newSegment(pool: Pool, stream: number): Block | null {
+    const page = pool.pageSize;
+    const pages = Math.ceil(this.addressSpace / page);
+    const size = pages * page;
+    let base: number;
+    try {
+      base = this.ctx.reserve(size);
+    } catch (e) {
+      if (isDriverOom(e)) return null;
+      throw e;
+    }
+    const seg = new ExpandableSegment(base, size, page, stream);
+    this.segments.push(seg);
+    const b = new Block(base, size, stream, pool.blocks);
+    b.mapped = false;
+    b.segment = seg;
+    pool.addUnmapped(b);
+    return b;
+  }
+
+  private tryAllocateExpandableBlock(pool: Pool, stream: number, size: number): Block | null {
+    const first = this.findExpandableBlock(pool, stream, size) ?? this.newSegment(pool, stream);
+    if (first === null) return null;
+    let c: Block = first;
+    if (!c.mapped && !this.mapBlock(pool, c, Math.min(c.size, size))) return null;
+    while (c.size < size) {
+      const n = c.next!;
+      if (!this.mapBlock(pool, n, Math.min(size - c.size, n.size))) return null;
+      c = n;
+    }
+    pool.blocks.delete(c);
+    return c;
+  }
+
+  /** ExpandableSegment::map: create (all or nothing) and map the pages covering [addr, addr+size). */
+  private mapPages(seg: ExpandableSegment, addr: number, size: number): number {
+    const p = seg.pageSize;
+    const begin = Math.floor((addr - seg.base) / p);
+    const end = Math.ceil((addr + size - seg.base) / p);
+    if (begin === end) return 0;
+    const made: Chunk[] = [];
+    for (let i = begin; i < end; i++) {
+      const c = this.ctx.createChunk(p, true);
+      if (c === null) {
+        for (const m of made) this.ctx.releaseChunk(m);
+        return 0;
+      }
+      made.push(c);
+    }
+    try {
+      this.ctx.mapChunks(seg.base + begin * p, made, seg.stream); // all or nothing
+    } catch (e) {
+      // a failed map or set-access: give the pages back, as a failed create does
+      for (const m of made) this.ctx.releaseChunk(m);
+      if (isDriverOom(e)) return 0;
+      throw e;
+    }
+    this.ctx.commitReserved();
+    for (let i = begin; i < end; i++) seg.pages[i] = made[i - begin]!;
+    return (end - begin) * p;
+  }
+
+  /** map_block: map at least `size` bytes at the start of unmapped block `b`, then merge with free mapped neighbours. */
+  private mapBlock(pool: Pool, b: Block, size: number): boolean {
+    const seg = b.segment as ExpandableSegment;
+    const at = b.addr;
+    const mapped = this.mapPages(seg, at, size);
+    if (mapped === 0) return false;
+    pool.removeUnmapped(b);
+    b.mapped = true;
+    if (mapped < b.size) {
+      const rest = new Block(b.addr + mapped, b.size - mapped, b.stream, b.pool);
+      rest.mapped = false;
+      rest.segment = seg;
+      rest.prev = b;
+      rest.next = b.next;
+      if (rest.next !== null) rest.next.prev = rest;
+      b.next = rest;
+      pool.addUnmapped(rest);
+      b.size = mapped;
+    }
+    this.tryMerge(pool, b, b.prev);
+    this.tryMerge(pool, b, b.next);
+    pool.blocks.insert(b);
+    this.ctx.stats.segments++;
+    this.ctx.record(EventKind.segmentMap, at, mapped, seg.stream);
+    return true;
+  }
+
+  /** try_merge_blocks(dst, src): src must be free and of the same mapping state. */
+  private tryMerge(pool: Pool, dst: Block, src: Block | null): void {
+    if (src === null || src.allocated || src.mapped !== dst.mapped) return;
+    if (src === dst.prev) {
+      dst.addr = src.addr;
+      dst.prev = src.prev;
+      if (dst.prev !== null) dst.prev.next = dst;
+    } else {
+      dst.next = src.next;
+      if (dst.next !== null) dst.next.prev = dst;
+    }
+    dst.size += src.size;
+    if (src.mapped) pool.blocks.delete(src);
+    else pool.removeUnmapped(src);
+  }
+
+  free(b: Block): void {
+    const pool = b.pool === this.small.blocks ? this.small : this.large;
+    this.tryMerge(pool, b, b.prev);
+    this.tryMerge(pool, b, b.next);
+    pool.blocks.insert(b);
+  }
+
+  /** unmap_block: unmap the pages wholly inside free block `b`; the rest stays free and mapped. */
+  private unmapBlock(pool: Pool, b: Block): void {
+    const seg = b.segment as ExpandableSegment;
+    const p = seg.pageSize;
+    const begin = Math.ceil((b.addr - seg.base) / p);
+    const end = Math.floor((b.addr + b.size - seg.base) / p);
+    if (begin >= end) return;
+    const chunks: Chunk[] = [];
+    for (let i = begin; i < end; i++) chunks.push(seg.pages[i]!);
+    const uAddr = seg.base + begin * p;
+    const uSize = (end - begin) * p;
+    this.ctx.unmapChunks(uAddr, chunks, seg.stream);
+    for (let i = begin; i < end; i++) {
+      this.ctx.releaseChunk(seg.pages[i]!);
+      seg.pages[i] = null;
+    }
+    pool.blocks.delete(b);
+    const before = uAddr - b.addr;
+    if (before > 0) {
+      const f = new Block(b.addr, before, b.stream, b.pool);
+      f.segment = seg;
+      f.prev = b.prev;
+      if (f.prev !== null) f.prev.next = f;
+      f.next = b;
+      b.prev = f;
+      pool.blocks.insert(f);
+    }
+    const after = b.size - before - uSize;
+    if (after > 0) {
+      const f = new Block(uAddr + uSize, after, b.stream, b.pool);
+      f.segment = seg;
+      f.next = b.next;
+      if (f.next !== null) f.next.prev = f;
+      f.prev = b;
+      b.next = f;
+      pool.blocks.insert(f);
+    }
+    b.addr = uAddr;
+    b.size = uSize;
+    b.mapped = false;
+    this.tryMerge(pool, b, b.prev);
+    this.tryMerge(pool, b, b.next);
+    pool.addUnmapped(b);
+    this.ctx.stats.segments--;
+    this.ctx.record(EventKind.segmentUnmap, uAddr, uSize, seg.stream);
+  }
+
+  private releaseSegment(pool: Pool, b: Block): void {
+    const seg = b.segment as ExpandableSegment;
+    pool.removeUnmapped(b);
+    this.segments.splice(this.segments.indexOf(seg), 1);
+    this.ctx.reserveFree(seg.base, seg.size);
+  }
+
+  /** release_cached_blocks: unmap free pages of every segment, large pool first; drop segments left wholly unmapped. */
+  releaseCachedBlocks(): void {
+    for (const pool of [this.large, this.small]) {
+      const toUnmap = pool.blocks.toArray();
+      for (const b of toUnmap) {
+        this.unmapBlock(pool, b);
+        if (b.prev === null && b.next === null && !b.mapped) this.releaseSegment(pool, b);
+      }
+    }
+  }
+
+  emptyCache(): void {
+    this.releaseCachedBlocks();
+  }
+
+  teardown(): void {
+    this.releaseCachedBlocks();
+    // Segments never mapped, or left whole-unmapped by an OOM path, still hold a reservation.
+    for (const pool of [this.large, this.small]) {
+      for (const b of [...pool.unmapped]) if (b.prev === null && b.next === null) this.releaseSegment(pool, b);
+    }
+  }
+
+  check(): string | null {
+    for (const pool of [this.small, this.large]) {
+      const m = pool.blocks.checkOrder();
+      if (m) return m;
+      for (const b of pool.blocks.toArray()) {
+        if (b.allocated || !b.mapped) return `block 0x${b.addr.toString(16)} in ${pool.name} free pool is allocated or unmapped`;
+      }
+    }
+    for (const seg of this.segments) {
+      // mapped pages must be exactly the pages of mapped blocks
+      let mapped = 0;
+      for (const c of seg.pages) if (c) mapped += c.size;
+      let inBlocks = 0;
+      let b: Block | null = null;
+      for (const pool of [this.small, this.large]) for (const u of pool.unmapped) if (u.segment === seg) b = u;
+      if (b === null) continue;
+      while (b.prev !== null) b = b.prev;
+      let end = seg.base;
+      for (; b !== null; b = b.next) {
+        if (b.addr !== end) return `segment 0x${seg.base.toString(16)}: gap at 0x${end.toString(16)}`;
+        end = b.addr + b.size;
+        if (b.mapped) inBlocks += b.size;
+      }
+      if (mapped !== inBlocks) return `segment 0x${seg.base.toString(16)}: ${mapped} B of pages mapped, ${inBlocks} B in mapped blocks`;
+    }
+    return null;
+  }
+}
+
+export const expandablePolicy: Policy<ExpandableOptions> = {
+  name: "expandable",
+  description: "PyTorch's expandable segments (torch 2.11): one growable reserved range per (stream, pool), 2 MiB / 20 MiB pages",
+  defaults: {
+    maxSplitSize: null,
+    maxNonSplitRounding: null,
+    roundupPower2Divisions: null,
+    smallPageSize: kSmallBuffer,
+    largePageSize: kLargeBuffer,
+  },
+  create: (ctx, o) => new ExpandableAllocator(ctx, o),
+};

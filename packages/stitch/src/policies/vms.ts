@@ -1,0 +1,628 @@
+import type { Chunk } from "@gmlake/chunk-pool";
+import { EventKind } from "@gmlake/trace";
+import { Block } from "../block.js";
+import { BlockPool } from "../block-pool.js";
+import type { AllocatorContext } from "../context.js";
+import { isDriverOom, StitchError } from "../errors.js";
+import type { Policy, PolicyInstance } from "../policy.js";
+import { kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../rounding.js";
+import { Arena, SmallSegment } from "./vms-arena.js";
+
+export interface VmsOptions extends Record<string, unknown> {
+  /** 16 entries indexed by log2(size) - 20; null = from the allocator settings. */
+  roundupPower2Divisions: number[] | null;
+  /** Size of a small-pool segment (requests <= 1 MiB are packed into these; each is carved from the arena like a large block). */
+  smallSegmentBytes: number;
+  /** Largest physical handle made at once (bigger needs take several). */
+  maxHandleBytes: number;
+  /** New handles are at most request / handlesPerRequest (and maxHandleBytes): 1 = one handle per gap when it fits. */
+  handlesPerRequest: number;
+  /** Smallest handle made when the gap may overshoot (the arena's open end): fewer, larger handles. */
+  minTailHandleBytes: number;
+  /** Move free handles (wholly inside free blocks) to where a request needs memory before making new ones. */
+  moveFreePages: boolean;
+  /** Let a handle freed on one stream move to another stream's arena (needs a sync, see docs/vms.md). */
+  crossStream: boolean;
+  /** Which free handles move first: "size" (largest handle first) or "hole" (handles of the smallest free blocks first, keeping big free blocks whole). */
+  donorOrder: string;
+  /** Virtual bytes per stream arena; null = 2 x device memory. */
+  arenaBytes: number | null;
+}
+
+/** A free handle that may move: wholly inside free mapped block `block`. */
+interface Donor {
+  arena: Arena;
+  block: Block;
+  addr: number;
+  chunk: Chunk;
+  used: boolean;
+}
+
+/** Where the unmapped part of a chosen window gets filled: [f0, f1), may overshoot to roomEnd. */
+interface Gap {
+  f0: number;
+  f1: number;
+  roomEnd: number;
+  donors: Donor[];
+}
+
+/**
+ * vms: virtual memory stitching that moves physical memory instead of aliasing it.
+ *
+ * Large blocks (> 1 MiB) live in one big virtual arena per stream. A request is served
+ * from the best-fitting free mapped block (no driver call, as a caching allocator). Only
+ * when none fits, the policy picks the place in the arena whose free run needs the fewest
+ * newly mapped bytes (free mapped blocks next to unmapped space, not only at the tail as
+ * expandable segments do), and fills the unmapped part with free physical handles taken
+ * from holes elsewhere (unmap there, map here: no copy since they hold no live data),
+ * creating new handles, sized to the gap, only for what is still missing. Small requests
+ * (<= 1 MiB) are packed into 2 MiB small segments, as PyTorch's small pool, but each
+ * segment is an ordinary block of the arena, so it comes from free memory already mapped.
+ */
+export class VmsAllocator implements PolicyInstance {
+  readonly pool = new BlockPool("vms-large", false);
+  readonly smallPool = new BlockPool("vms-small", true);
+  private readonly ctx: AllocatorContext;
+  private readonly o: VmsOptions;
+  private readonly rp2: number[] | null;
+  private readonly g: number;
+  private readonly arenas = new Map<number, Arena>();
+  private readonly arenaBytes: number;
+  private readonly n = { grows: 0, moved: 0, movedBytes: 0, created: 0, createdBytes: 0, tailRetries: 0, windowScans: 0, crossStreamHits: 0, smallSegments: 0, smallSegmentsMade: 0 };
+
+  constructor(ctx: AllocatorContext, o: VmsOptions) {
+    this.ctx = ctx;
+    this.o = o;
+    const rp2 = o.roundupPower2Divisions ?? ctx.settings.roundupPower2Divisions;
+    this.rp2 = rp2.some((d) => d > 1) ? rp2 : null;
+    this.g = ctx.chunks.granularity;
+    for (const [k, v] of [
+      ["maxHandleBytes", o.maxHandleBytes],
+      ["minTailHandleBytes", o.minTailHandleBytes],
+    ] as const) {
+      if (!(v > 0) || v % this.g !== 0) throw new StitchError("BAD_OPTION", `vms: ${k} ${v} is not a positive multiple of the granularity ${this.g}`);
+    }
+    if (!(o.handlesPerRequest >= 1)) throw new StitchError("BAD_OPTION", `vms: handlesPerRequest must be >= 1 but received ${o.handlesPerRequest}`);
+    if (o.donorOrder !== "size" && o.donorOrder !== "hole") throw new StitchError("BAD_OPTION", `vms: donorOrder must be "size" or "hole" but received ${JSON.stringify(o.donorOrder)}`);
+    const total = ctx.driver.device.totalBytes;
+    const want = o.arenaBytes ?? 2 * total;
+    this.arenaBytes = Math.ceil(want / this.g) * this.g;
+    if (!(o.smallSegmentBytes > kSmallSize) || o.smallSegmentBytes % kMinBlockSize !== 0) {
+      throw new StitchError("BAD_OPTION", `vms: smallSegmentBytes ${o.smallSegmentBytes} must be a multiple of 512 above 1 MiB`);
+    }
+  }
+
+  malloc(size: number, stream: number): Block | null {
+    const rounded = roundSize(size, this.rp2);
+    if (rounded <= kSmallSize) return this.mallocSmall(rounded, stream);
+    return this.mallocLarge(rounded, stream);
+  }
+
+  /** Small requests: best fit in the small pool, else a new small segment carved from the arena (a cache hit there when it can). */
+  private mallocSmall(rounded: number, stream: number): Block | null {
+    const sp = this.smallPool;
+    let b = sp.seek(stream, rounded);
+    if (b !== null && b.stream === stream) {
+      sp.delete(b);
+    } else {
+      const host = this.mallocLarge(this.o.smallSegmentBytes, stream);
+      if (host === null) return null;
+      host.allocated = true;
+      this.n.smallSegments++;
+      this.n.smallSegmentsMade++;
+      b = new Block(host.addr, host.size, stream, sp);
+      b.segment = new SmallSegment(host);
+    }
+    if (b.size - rounded >= kMinBlockSize) {
+      const r = new Block(b.addr + rounded, b.size - rounded, stream, sp);
+      r.segment = b.segment;
+      r.prev = b;
+      r.next = b.next;
+      if (r.next !== null) r.next.prev = r;
+      b.next = r;
+      b.size = rounded;
+      sp.insert(r);
+    }
+    const host = (b.segment as SmallSegment).host;
+    b.seams = host.seams === null ? null : (host.segment as Arena).seams(b.addr, b.addr + b.size);
+    return b;
+  }
+
+  /** Merge a freed small block; a segment left wholly free goes back to the arena. */
+  private freeSmall(b: Block): void {
+    const sp = this.smallPool;
+    const p = b.prev;
+    if (p !== null && !p.allocated) {
+      sp.delete(p);
+      p.size += b.size;
+      p.next = b.next;
+      if (p.next !== null) p.next.prev = p;
+      b = p;
+    }
+    const n = b.next;
+    if (n !== null && !n.allocated) {
+      sp.delete(n);
+      b.size += n.size;
+      b.next = n.next;
+      if (b.next !== null) b.next.prev = b;
+    }
+    if (b.prev === null && b.next === null) {
+      const host = (b.segment as SmallSegment).host;
+      host.allocated = false;
+      host.seams = null;
+      this.mergeFree(host);
+      this.n.smallSegments--;
+      return;
+    }
+    sp.insert(b);
+  }
+
+  private mallocLarge(rounded: number, stream: number): Block | null {
+    const b = this.pool.seek(stream, rounded);
+    if (b !== null && b.stream === stream) {
+      this.pool.delete(b);
+      return this.carve(b, b.addr, rounded);
+    }
+    if (this.o.crossStream) {
+      // A block freed by another stream: safe once this stream waits for that stream's free (see docs/vms.md).
+      const x = this.otherStreamFit(stream, rounded);
+      if (x !== null) {
+        this.pool.delete(x);
+        this.n.crossStreamHits++;
+        return this.carve(x, x.addr, rounded);
+      }
+    }
+    let r = this.grow(rounded, stream, false);
+    if (r === null) {
+      // Out of memory: use every free handle, at the open end of the arena where any handle fits.
+      this.ctx.stats.numAllocRetries++;
+      this.n.tailRetries++;
+      r = this.grow(rounded, stream, true);
+    }
+    return r;
+  }
+
+  /** Best fit among the other streams' free mapped blocks. */
+  private otherStreamFit(stream: number, size: number): Block | null {
+    // Private pools (negative keys, CUDA graphs / MemPool) keep their memory to themselves.
+    if (stream < 0) return null;
+    let best: Block | null = null;
+    for (const s of this.arenas.keys()) {
+      if (s === stream || s < 0) continue;
+      const x = this.pool.seek(s, size);
+      if (x !== null && x.stream === s && (best === null || x.size < best.size)) best = x;
+    }
+    return best;
+  }
+
+  free(b: Block): void {
+    if (b.segment instanceof SmallSegment) {
+      b.seams = null;
+      this.freeSmall(b);
+      return;
+    }
+    b.seams = null;
+    this.mergeFree(b);
+  }
+
+  // ---- block chain ----
+
+  /** Split `b` at `at`: b keeps [addr, at), the returned block gets [at, end). Pool membership is the caller's. */
+  private split(b: Block, at: number): Block {
+    const r = new Block(at, b.addr + b.size - at, b.stream, this.pool);
+    r.segment = b.segment;
+    r.mapped = b.mapped;
+    r.prev = b;
+    r.next = b.next;
+    if (r.next !== null) r.next.prev = r;
+    b.next = r;
+    b.size = at - b.addr;
+    if (!r.mapped) (r.segment as Arena).unmapped.add(r);
+    return r;
+  }
+
+  /** `b` is free and in no pool: merge with free neighbours of the same mapping state (the left block survives), pool it if mapped. */
+  private mergeFree(b: Block): Block {
+    const pool = this.pool;
+    const p = b.prev;
+    if (p !== null && !p.allocated && p.mapped === b.mapped) {
+      if (p.mapped) pool.delete(p);
+      else (b.segment as Arena).unmapped.delete(b);
+      p.size += b.size;
+      p.next = b.next;
+      if (p.next !== null) p.next.prev = p;
+      b = p;
+    }
+    const n = b.next;
+    if (n !== null && !n.allocated && n.mapped === b.mapped) {
+      if (n.mapped) pool.delete(n);
+      else (n.segment as Arena).unmapped.delete(n);
+      b.size += n.size;
+      b.next = n.next;
+      if (b.next !== null) b.next.prev = b;
+    }
+    if (b.mapped) pool.insert(b);
+    return b;
+  }
+
+  /** Hand out [p, p + size) of free mapped block `b` (not in the pool); the rest goes back to the pool. */
+  private carve(b: Block, p: number, size: number): Block {
+    if (p > b.addr) {
+      const r = this.split(b, p);
+      this.pool.insert(b);
+      b = r;
+    }
+    if (b.size > size) this.pool.insert(this.split(b, p + size));
+    b.seams = (b.segment as Arena).seams(b.addr, b.addr + b.size);
+    return b;
+  }
+
+  private arenaFor(stream: number): Arena {
+    let a = this.arenas.get(stream);
+    if (a === undefined) {
+      const base = this.ctx.reserve(this.arenaBytes, this.g);
+      a = new Arena(base, this.arenaBytes, stream);
+      const b = new Block(base, this.arenaBytes, stream, this.pool);
+      b.mapped = false;
+      b.segment = a;
+      a.head = b;
+      a.unmapped.add(b);
+      this.arenas.set(stream, a);
+    }
+    return a;
+  }
+
+  // ---- the slow path ----
+
+  private floorG(x: number): number {
+    return Math.floor(x / this.g) * this.g;
+  }
+  private ceilG(x: number): number {
+    return Math.ceil(x / this.g) * this.g;
+  }
+
+  /** Bytes to map so that [p, p + s) is all mapped; `b` is the block holding p. */
+  private needAt(b: Block, p: number, s: number): number {
+    const e = p + s;
+    let need = 0;
+    for (let x: Block | null = b; x !== null && x.addr < e; x = x.next) {
+      if (!x.mapped) need += Math.min(x.addr + x.size, this.ceilG(e)) - Math.max(x.addr, this.floorG(p));
+    }
+    return need;
+  }
+
+  /**
+   * The window [p, p + s) inside a run of free blocks that needs the fewest new bytes
+   * (ties: lowest address). Candidates start at a block's start or end at a block's end.
+   * `tail`: the last run of the arena, from its start (room for any handle).
+   */
+  private chooseWindow(a: Arena, s: number, tail: boolean): { p: number; r0: Block } | null {
+    this.n.windowScans++;
+    let best: { p: number; r0: Block } | null = null;
+    let bestNeed = Infinity;
+    const seen = new Set<Block>();
+    for (const u of a.unmapped) {
+      let r0 = u;
+      while (r0.prev !== null && !r0.prev.allocated) r0 = r0.prev;
+      if (seen.has(r0)) continue;
+      seen.add(r0);
+      let last = u;
+      while (last.next !== null && !last.next.allocated) last = last.next;
+      const end = last.addr + last.size;
+      const nextRun = last.next;
+      if (tail) {
+        if (nextRun === null && end - r0.addr >= s) return { p: r0.addr, r0 };
+        continue;
+      }
+      if (end - r0.addr < s) continue;
+      for (let x: Block | null = r0; x !== nextRun; x = x!.next) {
+        const xb = x!;
+        if (xb.addr + s <= end) {
+          const need = this.needAt(xb, xb.addr, s);
+          if (need < bestNeed || (need === bestNeed && xb.addr < best!.p)) {
+            bestNeed = need;
+            best = { p: xb.addr, r0 };
+          }
+        }
+        const q = xb.addr + xb.size - s;
+        if (q >= r0.addr && q !== xb.addr) {
+          let h: Block = r0;
+          while (h.addr + h.size <= q) h = h.next!;
+          const need = this.needAt(h, q, s);
+          if (need < bestNeed || (need === bestNeed && q < best!.p)) {
+            bestNeed = need;
+            best = { p: q, r0 };
+          }
+        }
+      }
+    }
+    return best;
+  }
+
+  /** Free handles that may move, largest first: wholly inside free mapped blocks, outside the window. */
+  private donors(win: Arena, p: number, s: number, stream: number): Donor[] {
+    const out: Donor[] = [];
+    if (!this.o.moveFreePages) return out;
+    for (const b of this.pool.toArray()) {
+      // A captured graph may replay into a private pool's free addresses: never move those.
+      if (b.stream < 0 || (!this.o.crossStream && b.stream !== stream)) continue;
+      const a = b.segment as Arena;
+      const end = b.addr + b.size;
+      for (let i = a.lowerBound(b.addr); i < a.hAddr.length && a.hAddr[i]! < end; i++) {
+        const h = a.hAddr[i]!;
+        const c = a.hChunk[i]!;
+        if (h + c.size > end) break;
+        if (a === win && h < p + s && h + c.size > p) continue;
+        out.push({ arena: a, block: b, addr: h, chunk: c, used: false });
+      }
+    }
+    if (this.o.donorOrder === "hole") out.sort((x, y) => x.block.size - y.block.size || y.chunk.size - x.chunk.size);
+    else out.sort((x, y) => y.chunk.size - x.chunk.size);
+    return out;
+  }
+
+  /** Unmap a donor; its range becomes a free unmapped block. */
+  private unmapDonor(d: Donor): void {
+    const b = d.block;
+    const z = d.chunk.size;
+    this.pool.delete(b);
+    let m = b;
+    if (d.addr > b.addr) {
+      m = this.split(b, d.addr);
+      this.pool.insert(b);
+    }
+    if (m.addr + m.size > d.addr + z) this.pool.insert(this.split(m, d.addr + z));
+    m.mapped = false;
+    d.arena.unmapped.add(m);
+    this.ctx.unmapChunks(d.addr, [d.chunk], d.arena.stream);
+    d.arena.removeHandle(d.addr);
+    this.ctx.record(EventKind.segmentUnmap, d.addr, z, d.arena.stream);
+    this.mergeFree(m);
+  }
+
+  /**
+   * Map `chunks` side by side at f0 (inside a free unmapped block reachable from r0) and merge the range into the free mapped blocks.
+   * False when the driver failed the map (out of memory): the chunks (donors already unmapped, new ones) are released, the range stays free and unmapped.
+   */
+  private mapInto(a: Arena, r0: Block, f0: number, chunks: Chunk[], moved: number): boolean {
+    if (chunks.length === 0) return true;
+    let bytes: number;
+    try {
+      bytes = this.ctx.mapChunks(f0, chunks, a.stream); // all or nothing
+    } catch (e) {
+      for (const c of chunks) this.ctx.releaseChunk(c);
+      if (isDriverOom(e)) return false;
+      throw e;
+    }
+    let at = f0;
+    for (const c of chunks) {
+      a.addHandle(at, c);
+      at += c.size;
+    }
+    let u: Block = r0;
+    while (u.addr + u.size <= f0) u = u.next!;
+    if (u.mapped || u.allocated || u.addr + u.size < f0 + bytes) throw new StitchError("INVARIANT", `vms: no free unmapped room at 0x${f0.toString(16)}`);
+    let m = u;
+    if (f0 > u.addr) m = this.split(u, f0);
+    if (m.addr + m.size > f0 + bytes) this.split(m, f0 + bytes);
+    m.mapped = true;
+    a.unmapped.delete(m);
+    this.mergeFree(m);
+    this.ctx.record(EventKind.segmentMap, f0, bytes, a.stream);
+    if (moved > 0) this.ctx.record(EventKind.stitch, f0, bytes, a.stream, chunks.length);
+    return true;
+  }
+
+  /** Make new handles for `bytes` (several when above maxHandleBytes); null when the driver is out of memory. */
+  private create(bytes: number, cap: number, out: Chunk[]): boolean {
+    while (bytes > 0) {
+      const z = Math.min(bytes, cap);
+      const c = this.ctx.createChunk(z);
+      if (c === null) return false;
+      this.n.created++;
+      this.n.createdBytes += z;
+      out.push(c);
+      bytes -= z;
+    }
+    return true;
+  }
+
+  private grow(s: number, stream: number, tail: boolean): Block | null {
+    this.n.grows++;
+    let a: Arena;
+    try {
+      a = this.arenaFor(stream);
+    } catch (e) {
+      if (isDriverOom(e)) return null; // no virtual range for the arena: out of memory
+      throw e;
+    }
+    const w = this.chooseWindow(a, s, tail);
+    if (w === null) return null;
+    const { p, r0 } = w;
+    // The unmapped stretches of the window, by address (donors never touch the window).
+    const gaps: Gap[] = [];
+    const e = p + s;
+    for (let x: Block | null = r0; x !== null && x.addr < e; x = x.next) {
+      if (x.mapped || x.addr + x.size <= p) continue;
+      const f0 = Math.max(x.addr, this.floorG(p));
+      const f1 = Math.min(x.addr + x.size, this.ceilG(e));
+      gaps.push({ f0, f1, roomEnd: x.addr + x.size, donors: [] });
+    }
+    const ds = this.donors(a, p, s, stream);
+    // Handles no larger than a share of the request, so that what later requests leave free is more often a whole handle.
+    const cap = Math.min(this.o.maxHandleBytes, Math.max(this.g, this.ceilG(s / this.o.handlesPerRequest)));
+    // Choose donors per gap: largest that fit first, then one that overshoots into free room.
+    for (const gp of gaps) {
+      let left = gp.f1 - gp.f0;
+      let filled = 0;
+      for (const d of ds) {
+        if (left === 0) break;
+        if (!d.used && d.chunk.size <= left) {
+          d.used = true;
+          gp.donors.push(d);
+          left -= d.chunk.size;
+          filled += d.chunk.size;
+        }
+      }
+      if (left > 0) {
+        // the smallest handle that covers the rest and still fits the free room (the excess stays mapped and free)
+        let pick: Donor | null = null;
+        for (const d of ds) {
+          if (!d.used && d.chunk.size >= left && gp.f0 + filled + d.chunk.size <= gp.roomEnd && (pick === null || d.chunk.size < pick.chunk.size)) pick = d;
+        }
+        if (pick !== null) {
+          pick.used = true;
+          gp.donors.push(pick);
+        }
+      }
+    }
+    // Unmap every chosen donor first (reserved never overshoots); within a block from the highest address down, so the block object stays valid.
+    const chosen = ds.filter((d) => d.used).sort((x, y) => y.addr - x.addr);
+    for (const d of chosen) {
+      this.unmapDonor(d);
+      this.n.moved++;
+      this.n.movedBytes += d.chunk.size;
+    }
+    let ok = true;
+    for (const gp of gaps) {
+      const chunks: Chunk[] = [];
+      let filled = 0;
+      for (const d of gp.donors) {
+        chunks.push(d.chunk);
+        filled += d.chunk.size;
+      }
+      const moved = chunks.length;
+      const left = gp.f1 - gp.f0 - filled;
+      if (left > 0 && ok) {
+        // At the open end a larger handle costs the same calls and leaves room for the next requests.
+        const open = gp.roomEnd >= a.end;
+        const want = open ? Math.max(left, Math.min(this.o.minTailHandleBytes, gp.roomEnd - gp.f0 - filled)) : left;
+        if (!this.create(want, cap, chunks)) ok = false;
+      } else if (left > 0) {
+        ok = false;
+      }
+      if (!this.mapInto(a, r0, gp.f0, chunks, moved)) ok = false;
+    }
+    if (!ok) return null;
+    let b: Block = r0;
+    while (b.addr + b.size <= p) b = b.next!;
+    if (!b.mapped || b.allocated || b.addr + b.size < e) throw new StitchError("INVARIANT", `vms: window 0x${p.toString(16)}+${s} not mapped after grow`);
+    this.pool.delete(b);
+    return this.carve(b, p, s);
+  }
+
+  // ---- releasing ----
+
+  /** Unmap and release every handle wholly inside a free block (empty_cache, out-of-memory). */
+  private releaseFreeHandles(): void {
+    const all: Donor[] = [];
+    for (const b of this.pool.toArray()) {
+      const a = b.segment as Arena;
+      const end = b.addr + b.size;
+      for (let i = a.lowerBound(b.addr); i < a.hAddr.length && a.hAddr[i]! < end; i++) {
+        const c = a.hChunk[i]!;
+        if (a.hAddr[i]! + c.size > end) break;
+        all.push({ arena: a, block: b, addr: a.hAddr[i]!, chunk: c, used: true });
+      }
+    }
+    all.sort((x, y) => y.addr - x.addr);
+    for (const d of all) {
+      this.unmapDonor(d);
+      this.ctx.releaseChunk(d.chunk);
+    }
+  }
+
+  emptyCache(): void {
+    this.releaseFreeHandles();
+  }
+
+  teardown(): void {
+    this.releaseFreeHandles();
+    for (const [stream, a] of this.arenas) {
+      const h = a.head!;
+      if (h.allocated || h.mapped || h.next !== null) throw new StitchError("INVARIANT", `vms: arena of stream ${stream} still holds blocks at teardown`);
+      this.ctx.reserveFree(a.base, a.size);
+    }
+    this.arenas.clear();
+    this.pool.clear();
+    this.smallPool.clear();
+  }
+
+  check(): string | null {
+    const m = this.pool.checkOrder();
+    if (m) return m;
+    for (const b of this.pool.toArray()) {
+      if (b.allocated || !b.mapped) return `pooled block 0x${b.addr.toString(16)} is allocated or unmapped`;
+    }
+    for (const a of this.arenas.values()) {
+      let at = a.base;
+      let mapped = 0;
+      let prev: Block | null = null;
+      for (let b = a.head; b !== null; b = b.next) {
+        if (b.addr !== at) return `arena 0x${a.base.toString(16)}: gap or overlap at 0x${at.toString(16)}`;
+        if (b.prev !== prev) return `broken prev link at 0x${b.addr.toString(16)}`;
+        if (b.segment !== a) return `block 0x${b.addr.toString(16)} names another arena`;
+        if (b.allocated && !b.mapped) return `live block 0x${b.addr.toString(16)} is unmapped`;
+        if (!b.allocated && prev !== null && !prev.allocated && prev.mapped === b.mapped) return `unmerged free blocks at 0x${b.addr.toString(16)}`;
+        if (!b.allocated && b.mapped && !this.pool.has(b)) return `free mapped block 0x${b.addr.toString(16)} not in the pool`;
+        if (b.mapped) mapped += b.size;
+        else {
+          const i = a.lowerBound(b.addr);
+          if (i < a.hAddr.length && a.hAddr[i]! < b.addr + b.size) return `handle mapped inside unmapped block 0x${b.addr.toString(16)}`;
+          if (i > 0 && a.hAddr[i - 1]! + a.hChunk[i - 1]!.size > b.addr) return `handle overlaps unmapped block 0x${b.addr.toString(16)}`;
+        }
+        at = b.addr + b.size;
+        prev = b;
+      }
+      if (at !== a.end) return `arena 0x${a.base.toString(16)} chain ends at 0x${at.toString(16)}`;
+      let nUnmapped = 0;
+      for (let b = a.head; b !== null; b = b.next) {
+        if (b.mapped) continue;
+        nUnmapped++;
+        if (!a.unmapped.has(b)) return `unmapped block 0x${b.addr.toString(16)} missing from the arena's set`;
+      }
+      if (nUnmapped !== a.unmapped.size) return `arena's unmapped set has ${a.unmapped.size} blocks, the chain ${nUnmapped}`;
+      let handles = 0;
+      for (let i = 0; i < a.hAddr.length; i++) {
+        const c = a.hChunk[i]!;
+        if (i + 1 < a.hAddr.length && a.hAddr[i]! + c.size > a.hAddr[i + 1]!) return `handles overlap at 0x${a.hAddr[i]!.toString(16)}`;
+        if (this.ctx.chunks.chunkMappedAt(a.hAddr[i]!) !== c) return `chunk pool disagrees at 0x${a.hAddr[i]!.toString(16)}`;
+        if (c.mappings.length !== 1) return `handle ${c.id} mapped ${c.mappings.length} times`;
+        handles += c.size;
+      }
+      if (handles !== mapped) return `arena 0x${a.base.toString(16)}: ${handles} B of handles, ${mapped} B in mapped blocks`;
+    }
+    const sm = this.smallPool.checkOrder();
+    if (sm) return sm;
+    for (const b of this.smallPool.toArray()) {
+      if (b.allocated) return `pooled small block 0x${b.addr.toString(16)} is allocated`;
+      const seg = b.segment as SmallSegment;
+      if (!seg.host.allocated || b.addr < seg.host.addr || b.addr + b.size > seg.host.addr + seg.host.size) return `small block 0x${b.addr.toString(16)} outside its segment`;
+      if ((b.prev !== null && !b.prev.allocated) || (b.next !== null && !b.next.allocated)) return `small block 0x${b.addr.toString(16)} has an unmerged free neighbour`;
+      if (b.prev === null && b.next === null) return `small segment 0x${seg.host.addr.toString(16)} wholly free but kept`;
+    }
+    return null;
+  }
+
+  counters(): Record<string, number> {
+    return { ...this.n };
+  }
+}
+
+export const vmsPolicy: Policy<VmsOptions> = {
+  name: "vms",
+  description:
+    "Virtual memory stitching by moving free physical handles: one arena per stream, best fit without driver calls, on a miss the window needing fewest new bytes is filled with handles moved out of holes, new handles sized to the gap",
+  defaults: {
+    roundupPower2Divisions: null,
+    smallSegmentBytes: kSmallBuffer,
+    maxHandleBytes: 64 * 1024 * 1024,
+    handlesPerRequest: 1,
+    minTailHandleBytes: kSmallBuffer,
+    moveFreePages: true,
+    crossStream: true,
+    donorOrder: "hole",
+    arenaBytes: null,
+  },
+  create: (ctx, o) => new VmsAllocator(ctx, o),
+};

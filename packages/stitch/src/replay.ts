@@ -1,0 +1,334 @@
+import { DRIVER_CALLS, withCapacity, type DriverCall, type DriverStats, type VmmDriver } from "@gmlake/vmm";
+import { EventKind, EventLog, type AllocatorSettings } from "@gmlake/trace";
+import type { Block } from "./block.js";
+import { Allocator } from "./engine.js";
+import { StitchError } from "./errors.js";
+import { planTrace } from "./pairing.js";
+import { checkTrace } from "./trace-check.js";
+import { poolStreamKey } from "./private-pools.js";
+import { getPolicy, type Policy, type PolicyOptions } from "./policy.js";
+
+export interface ReplayOptions {
+  /** A registered policy name or a policy object. */
+  policy: string | Policy;
+  driver: VmmDriver;
+  /** The policy's knobs. */
+  options?: PolicyOptions;
+  /** Device capacity in bytes (wraps the driver with withCapacity). */
+  capacity?: number;
+  /** Allocator settings (default: PyTorch's defaults; pass the trace's recorded ones). */
+  settings?: AllocatorSettings;
+  checkInvariants?: boolean | number;
+  integrity?: boolean | "full";
+  /** Where allocator events go (default a fresh EventLog; null = none). */
+  recorder?: EventLog | null;
+  /** Record the replayed alloc/free events too (default true). */
+  recordAllocations?: boolean;
+  /** On the first out-of-memory: stop (default) or continue (the failed allocation and its frees are skipped). */
+  onOom?: "stop" | "continue";
+  /** Free everything and tear the allocator down at the end (default true): no handle or mapping is left. */
+  teardown?: boolean;
+  /** Only events of this device (default: all, one allocator per device). */
+  device?: number;
+  /** Chunk sizes for the chunk pool. */
+  chunkSizes?: number[];
+  /** Per-event private pool ordinals (privatePoolTags(log, snapshot.segments)); 0 = default pools. */
+  pools?: Uint16Array | null;
+}
+
+export interface OomReport {
+  eventIndex: number;
+  device: number;
+  stream: number;
+  requestBytes: number;
+  allocatedBytes: number;
+  reservedBytes: number;
+  message: string;
+}
+
+export interface ReplayResult {
+  policy: string;
+  driver: string;
+  events: number;
+  /** Peak allocated bytes (rounded sizes of live blocks), PyTorch's max_memory_allocated. */
+  peakLiveBytes: number;
+  peakActiveBytes: number;
+  peakRequestedBytes: number;
+  /** PyTorch's max_memory_reserved. */
+  peakReservedBytes: number;
+  /** peakLiveBytes / peakReservedBytes. */
+  utilization: number;
+  /** First out-of-memory of the replay (a recorded oom that fails again is not one). */
+  oom: OomReport | null;
+  ooms: number;
+  /** Recorded oom entries replayed: failed again as recorded, or served (the model had more room). */
+  recordedOoms: { reproduced: number; served: number };
+  numAllocRetries: number;
+  emptyCacheCalls: number;
+  unmatchedFrees: number;
+  driverCalls: Record<DriverCall, number>;
+  driverTimeUs: number;
+  driverCallsSecondHalf: Record<DriverCall, number>;
+  driverTimeUsSecondHalf: number;
+  wallMs: number;
+  eventsPerSecond: number;
+  integrityErrors: number;
+  integrityChecked: number;
+  /** Policy counters (stitches, GC ...), summed over devices. */
+  counters: Record<string, number>;
+  /** The recorder: allocator and segment events, for exports and plots. */
+  log: EventLog | null;
+  perDevice: { device: number; peakLiveBytes: number; peakReservedBytes: number }[];
+}
+
+function callDiff(a: DriverStats, b: DriverStats): Record<DriverCall, number> {
+  const out = {} as Record<DriverCall, number>;
+  for (const c of DRIVER_CALLS) out[c] = a.calls[c] - b.calls[c];
+  return out;
+}
+
+/**
+ * Replay a trace's alloc / free_requested / free_completed events into an allocator of
+ * any policy on any driver (memory goes back at free_completed, as in PyTorch). A
+ * recorded `oom` entry is a request that failed: it is replayed as an allocation attempt.
+ * Recorded segment frees/unmaps that no malloc explains are empty_cache calls.
+ */
+export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
+  if (!log || !(log.kind instanceof Uint8Array) || typeof log.length !== "number") {
+    throw new StitchError("BAD_ARGUMENT", "Expected an EventLog to replay (e.g. readSnapshot(path).events)");
+  }
+  if (!o || !o.driver) throw new StitchError("BAD_ARGUMENT", "replay needs { policy, driver }");
+  if (o.capacity !== undefined && !(Number.isSafeInteger(o.capacity) && o.capacity >= 0)) {
+    throw new StitchError("BAD_ARGUMENT", `Expected a non-negative integer capacity in bytes but received ${o.capacity}`);
+  }
+  const policy = typeof o.policy === "string" ? getPolicy(o.policy) : o.policy; // unknown names fail here, not at the first alloc
+  const driver = o.capacity !== undefined ? withCapacity(o.driver, o.capacity) : o.driver;
+  const plan = planTrace(log);
+  checkTrace(log, plan); // hostile or corrupt streams: one BAD_TRACE error naming the event
+  const n = log.length;
+  const onOomStop = (o.onOom ?? "stop") === "stop";
+  // one recorder for every device
+  const recorder = o.recorder === undefined ? new EventLog(n + 4096) : o.recorder;
+  const makeEngine = (device: number) =>
+    new Allocator(policy, driver, {
+      options: o.options,
+      settings: o.settings,
+      recorder,
+      recordAllocations: o.recordAllocations,
+      device,
+      checkInvariants: o.checkInvariants,
+      integrity: o.integrity,
+      chunkSizes: o.chunkSizes,
+    });
+  const st = new ReplayLoop(log, plan.ref, plan.emptyCache, o.pools ?? null, o.device, onOomStop, makeEngine);
+  const engines = st.engines;
+  const blocks = st.blocks;
+  const dev = log.device;
+  const mid = n >> 1;
+  const s0 = driver.stats();
+  let sMid = s0;
+
+  const t0 = performance.now();
+  // two halves so that the driver calls after the midpoint can be told apart
+  let i = st.run(0, mid);
+  if (i === mid) {
+    sMid = driver.stats();
+    i = st.run(mid, n);
+  }
+  const { oom, ooms, reproduced, served, emptyCalls } = st;
+  const wallMs = performance.now() - t0;
+  const s1 = driver.stats();
+  if (i < mid) sMid = s1; // stopped before the midpoint: nothing after it
+
+  let peakLive = 0;
+  let peakReserved = 0;
+  let peakActive = 0;
+  let peakRequested = 0;
+  let retries = 0;
+  let integrityErrors = 0;
+  let integrityChecked = 0;
+  const counters: Record<string, number> = {};
+  const perDevice: ReplayResult["perDevice"] = [];
+  for (let d = 0; d < engines.length; d++) {
+    const e = engines[d];
+    if (!e) continue;
+    const st = e.stats;
+    perDevice.push({ device: d, peakLiveBytes: st.peakAllocatedBytes, peakReservedBytes: st.peakReservedBytes });
+    if (st.peakReservedBytes >= peakReserved) {
+      peakReserved = st.peakReservedBytes;
+      peakLive = st.peakAllocatedBytes;
+      peakActive = st.peakActiveBytes;
+      peakRequested = st.peakRequestedBytes;
+    }
+    retries += st.numAllocRetries;
+    for (const [k, v] of Object.entries(e.instance.counters?.() ?? {})) counters[k] = (counters[k] ?? 0) + v;
+  }
+  if (o.checkInvariants) for (const e of engines) e?.check();
+  if (o.teardown ?? true) {
+    for (let d = 0; d < engines.length; d++) {
+      const e = engines[d];
+      if (!e) continue;
+      const live: Block[] = [];
+      for (let r = 0; r < n; r++) {
+        const b = blocks[r];
+        if (b !== null && b !== undefined && b.allocated && dev[r] === d) live.push(b);
+      }
+      e.close(live);
+    }
+  }
+  for (const e of engines) {
+    if (!e || !e.integrity) continue;
+    integrityErrors += e.integrity.errors;
+    integrityChecked += e.integrity.checked;
+  }
+  const events = i;
+  void engines;
+  return {
+    policy: policy.name,
+    driver: o.driver.name,
+    events,
+    peakLiveBytes: peakLive,
+    peakActiveBytes: peakActive,
+    peakRequestedBytes: peakRequested,
+    peakReservedBytes: peakReserved,
+    utilization: peakReserved > 0 ? peakLive / peakReserved : 1,
+    oom,
+    ooms,
+    recordedOoms: { reproduced, served },
+    numAllocRetries: retries,
+    emptyCacheCalls: emptyCalls,
+    unmatchedFrees: plan.unmatchedFrees,
+    driverCalls: callDiff(s1, s0),
+    driverTimeUs: s1.totalTimeUs - s0.totalTimeUs,
+    driverCallsSecondHalf: callDiff(s1, sMid),
+    driverTimeUsSecondHalf: s1.totalTimeUs - sMid.totalTimeUs,
+    wallMs,
+    eventsPerSecond: wallMs > 0 ? events / (wallMs / 1000) : 0,
+    integrityErrors,
+    integrityChecked,
+    counters,
+    log: recorder,
+    perDevice,
+  };
+}
+
+/**
+ * The hot loop, apart from replay() so that V8 optimizes it once and keeps it (a loop
+ * inside a long function gets deoptimized by the cold code after it); rare events go
+ * to methods of their own.
+ */
+class ReplayLoop {
+  readonly engines: (Allocator | undefined)[] = [];
+  readonly blocks: (Block | null)[];
+  oom: OomReport | null = null;
+  ooms = 0;
+  reproduced = 0;
+  served = 0;
+  emptyCalls = 0;
+  private readonly kind: Uint8Array;
+  private readonly size: Float64Array;
+  private readonly sid: Uint32Array;
+  private readonly dev: Uint8Array;
+  private readonly times: Float64Array;
+  private readonly streams: number[];
+
+  constructor(
+    log: EventLog,
+    private readonly ref: Int32Array,
+    private readonly empty: Uint8Array,
+    private readonly pools: Uint16Array | null,
+    private readonly only: number | undefined,
+    private readonly stopOnOom: boolean,
+    private readonly makeEngine: (device: number) => Allocator,
+  ) {
+    this.blocks = new Array<Block | null>(log.length).fill(null);
+    this.kind = log.kind;
+    this.size = log.size;
+    this.sid = log.stream;
+    this.dev = log.device;
+    this.times = log.timeUs;
+    this.streams = log.streams;
+  }
+
+  /** Replays events [from, to); returns the index it stopped at (to, or an OOM's index). */
+  run(from: number, to: number): number {
+    const { kind, size, sid, dev, times, streams, ref, blocks, pools, only } = this;
+    for (let i = from; i < to; i++) {
+      const k = kind[i]!;
+      if (k > EventKind.freeCompleted) {
+        if (k === EventKind.oom || k === EventKind.emptyCache || k === EventKind.segmentFree || k === EventKind.segmentUnmap) this.rare(i, k);
+        continue;
+      }
+      const d = dev[i]!;
+      if (only !== undefined && d !== only) continue;
+      const e = this.engines[d] ?? this.engineFor(d);
+      if (k === EventKind.alloc) {
+        e.ctx.nowUs = times[i]!;
+        const p = pools === null ? 0 : pools[i]!;
+        const b = e.tryMalloc(size[i]!, p === 0 ? streams[sid[i]!]! : poolStreamKey(p, sid[i]!));
+        if (b !== null) blocks[i] = b;
+        else if (this.failed(i, e)) return i;
+      } else {
+        const r = ref[i]!;
+        if (r < 0) continue;
+        const b = blocks[r];
+        if (b === null || b === undefined) continue;
+        e.ctx.nowUs = times[i]!;
+        if (k === EventKind.freeRequested) e.freeRequested(b);
+        else {
+          if (!b.pendingFree) e.freeRequested(b); // a trace may lack the request
+          e.freeCompleted(b);
+          blocks[r] = null;
+        }
+      }
+    }
+    return to;
+  }
+
+  private engineFor(d: number): Allocator {
+    const e = this.makeEngine(d);
+    this.engines[d] = e;
+    return e;
+  }
+
+  /** An allocation failed: report the first; returns whether to stop. */
+  private failed(i: number, e: Allocator): boolean {
+    this.ooms++;
+    if (this.oom === null) {
+      const stream = this.streams[this.sid[i]!]!;
+      const req = this.size[i]!;
+      this.oom = {
+        eventIndex: i,
+        device: this.dev[i]!,
+        stream,
+        requestBytes: req,
+        allocatedBytes: e.stats.allocatedBytes,
+        reservedBytes: e.stats.reservedBytes,
+        message: `out of memory at event ${i}: ${req} B requested with ${e.stats.allocatedBytes} B allocated, ${e.stats.reservedBytes} B reserved`,
+      };
+    }
+    return this.stopOnOom;
+  }
+
+  /** oom entries and empty_cache points. */
+  private rare(i: number, k: number): void {
+    const d = this.dev[i]!;
+    if (this.only !== undefined && d !== this.only) return;
+    if (k === EventKind.oom) {
+      const e = this.engines[d] ?? this.engineFor(d);
+      e.ctx.nowUs = this.times[i]!;
+      // The program's request failed here: try it; it should fail the same way.
+      const b = e.tryMalloc(this.size[i]!, this.streams[this.sid[i]!]!);
+      if (b === null) this.reproduced++;
+      else {
+        this.served++;
+        e.free(b);
+      }
+    } else if (this.empty[i] === 1) {
+      const e = this.engines[d] ?? this.engineFor(d);
+      e.ctx.nowUs = this.times[i]!;
+      e.emptyCache();
+      this.emptyCalls++;
+    }
+  }
+}

@@ -1,0 +1,215 @@
+import { describe, expect, it } from "vitest";
+import { createDriver, SimDriver, withCapacity, type VmmDriver } from "@gmlake/vmm";
+import { readSnapshot } from "@gmlake/torch-trace";
+import { Allocator, poolStreamKey, replay, VmsAllocator, type Block } from "../src/index.js";
+import { MiB, rng, tracePath } from "./helpers.js";
+
+const host = (capacityBytes = 2048 * MiB): VmmDriver => createDriver("host", { capacityBytes });
+const calls = (d: VmmDriver) => d.stats().calls;
+
+describe("vms policy", () => {
+  it("serves a request that fits no hole by moving whole free handles out of the holes, not by creating memory", () => {
+    const d = host();
+    try {
+      // 2 MiB handles: every 4 MiB block owns two whole handles.
+      const a = new Allocator("vms", d, { options: { maxHandleBytes: 2 * MiB }, checkInvariants: 1, integrity: "full" });
+      const blocks: Block[] = [];
+      for (let i = 0; i < 10; i++) blocks.push(a.malloc(4 * MiB));
+      expect(a.stats.reservedBytes).toBe(40 * MiB);
+      // Five 4 MiB holes between live blocks; none fits 12 MiB.
+      for (let i = 0; i < 10; i += 2) a.free(blocks[i]!);
+      const creates = calls(d).memCreate;
+      const big = a.malloc(12 * MiB);
+      const c = (a.instance as VmsAllocator).counters();
+      expect(c.moved).toBe(6);
+      expect(calls(d).memCreate).toBe(creates);
+      expect(calls(d).memUnmap).toBe(6);
+      expect(a.stats.reservedBytes).toBe(40 * MiB);
+      expect(a.stats.peakReservedBytes).toBe(40 * MiB);
+      // The stitched block spans non-adjacent handles: its seams are known to the integrity checker.
+      expect(big.seams?.length).toBeGreaterThan(0);
+      a.check();
+      const live = [big, ...blocks.filter((_, i) => i % 2 === 1)];
+      for (const b of live) a.free(b);
+      // every byte of every live block kept its stamp through the moves
+      expect(a.integrity!.errors, a.integrity!.messages.join("; ")).toBe(0);
+      expect(a.integrity!.checked).toBe(11);
+      a.close();
+      expect(d.memGetInfo().freeBytes).toBe(d.memGetInfo().totalBytes);
+    } finally {
+      d.close();
+    }
+  });
+
+  it("fills an unmapped hole inside a free run with handles moved from elsewhere (fewest new bytes)", () => {
+    const d = new SimDriver();
+    const a = new Allocator("vms", d, { options: { maxHandleBytes: 2 * MiB }, checkInvariants: 1 });
+    const x = a.malloc(8 * MiB);
+    const y = a.malloc(8 * MiB);
+    const z = a.malloc(8 * MiB);
+    a.free(y);
+    // 10 MiB fits no free block: y's four handles move to the end, one 2 MiB handle is new.
+    const w = a.malloc(10 * MiB);
+    let k = (a.instance as VmsAllocator).counters();
+    expect(k.moved).toBe(4);
+    expect(a.stats.reservedBytes).toBe(26 * MiB);
+    a.free(x);
+    a.free(z);
+    a.free(w);
+    // Free: [0,8) mapped, [8,16) unmapped, [16,34) mapped, then unmapped. 24 MiB at 0 would
+    // map the 8 MiB hole; ending at 34 (from 10) only 6 MiB of it, equal to starting at 16
+    // (6 MiB past 34): the lower address wins; three handles move from [0,8): no new memory.
+    const creates = calls(d).memCreate;
+    const all = a.malloc(24 * MiB);
+    k = (a.instance as VmsAllocator).counters();
+    expect(all.addr).toBe(x.addr + 10 * MiB);
+    expect(k.moved).toBe(7);
+    expect(calls(d).memCreate).toBe(creates);
+    expect(a.stats.peakReservedBytes).toBe(26 * MiB);
+    a.close([all]);
+    expect(d.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
+  });
+
+  it("reuses a block freed on another stream without a driver call, and only when crossStream is on", () => {
+    for (const crossStream of [true, false]) {
+      const d = new SimDriver();
+      const a = new Allocator("vms", d, { options: { crossStream }, checkInvariants: 1 });
+      const b = a.malloc(64 * MiB, 1);
+      a.free(b);
+      const n = d.stats().totalCalls;
+      const c = a.malloc(32 * MiB, 2);
+      const made = d.stats().totalCalls - n;
+      const k = (a.instance as VmsAllocator).counters();
+      if (crossStream) {
+        expect(made).toBe(0);
+        expect(k.crossStreamHits).toBe(1);
+      } else {
+        expect(made).toBeGreaterThan(0);
+        expect(k.crossStreamHits).toBe(0);
+      }
+      a.close([c]);
+      expect(d.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
+    }
+  });
+
+  it("keeps private pools (negative stream keys) apart: no cross-stream hit into or out of them, no handle moved out of them", () => {
+    const d = new SimDriver();
+    const a = new Allocator("vms", d, { options: { maxHandleBytes: 2 * MiB }, checkInvariants: 1 });
+    const key = poolStreamKey(1, 0);
+    const p = a.malloc(16 * MiB, key);
+    a.free(p);
+    const q = a.malloc(8 * MiB, 0);
+    expect(q.addr + q.size <= p.addr || q.addr >= p.addr + 16 * MiB).toBe(true);
+    const big = a.malloc(40 * MiB, 0);
+    const k = (a.instance as VmsAllocator).counters();
+    expect(k.crossStreamHits).toBe(0);
+    expect(k.moved).toBe(0);
+    // the private pool's block is still mapped where a captured graph expects it
+    const n = d.stats().totalCalls;
+    const p2 = a.malloc(16 * MiB, key);
+    expect(p2.addr).toBe(p.addr);
+    expect(d.stats().totalCalls).toBe(n);
+    a.close([q, big, p2]);
+    expect(d.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
+  });
+
+  it("packs small requests into small segments carved from the arena's free memory", () => {
+    const d = new SimDriver();
+    const a = new Allocator("vms", d, { checkInvariants: 1 });
+    const big = a.malloc(40 * MiB);
+    a.free(big);
+    const n = d.stats().totalCalls;
+    const smalls: Block[] = [];
+    for (let i = 0; i < 64; i++) smalls.push(a.malloc(1000 + i * 3000));
+    expect(d.stats().totalCalls - n).toBe(0); // all from the 40 MiB already mapped
+    for (const s of smalls) a.free(s);
+    expect((a.instance as VmsAllocator).counters().smallSegments).toBe(0);
+    a.close();
+  });
+
+  it("stays correct under random mixes with tiny handles, several streams and a capacity (invariants at every op, host integrity)", () => {
+    for (const [seed, maxHandle] of [
+      [11, 2],
+      [12, 4],
+      [13, 64],
+    ] as const) {
+      const d = withCapacity(host(), 512 * MiB);
+      const a = new Allocator("vms", d, { options: { maxHandleBytes: maxHandle * MiB }, checkInvariants: 1, integrity: true });
+      const r = rng(seed);
+      const live: Block[] = [];
+      const pending: Block[] = [];
+      const streams = [0, 7, 9];
+      let ooms = 0;
+      for (let i = 0; i < 1500; i++) {
+        const x = r();
+        if (x < 0.52 || live.length === 0) {
+          const u = r();
+          const size = u < 0.3 ? 1 + Math.floor(r() * 600_000) : u < 0.8 ? MiB + Math.floor(r() * 24 * MiB) : 20 * MiB + Math.floor(r() * 100 * MiB);
+          const b = a.tryMalloc(size, streams[Math.floor(r() * 3)]!);
+          if (b === null) ooms++;
+          else live.push(b);
+        } else if (x < 0.95) {
+          const j = Math.floor(r() * live.length);
+          const b = live[j]!;
+          live[j] = live[live.length - 1]!;
+          live.pop();
+          a.freeRequested(b);
+          if (r() < 0.85) a.freeCompleted(b);
+          else pending.push(b);
+        } else if (x < 0.99) {
+          while (pending.length > 0) a.freeCompleted(pending.pop()!);
+        } else {
+          a.emptyCache();
+        }
+        expect(a.stats.reservedBytes).toBeLessThanOrEqual(512 * MiB);
+      }
+      a.check();
+      const k = (a.instance as VmsAllocator).counters();
+      expect(k.moved).toBeGreaterThan(0);
+      expect(ooms).toBeGreaterThan(0);
+      for (const b of pending) a.freeCompleted(b);
+      a.close(live);
+      expect(a.integrity!.errors, a.integrity!.messages.join("; ")).toBe(0);
+      expect(d.memGetInfo().freeBytes).toBe(512 * MiB);
+      d.close();
+    }
+  });
+
+  it("rejects bad options with a coded error", () => {
+    expect(() => new Allocator("vms", new SimDriver(), { options: { maxHandleBytes: 3 * MiB } })).toThrow(
+      expect.objectContaining({ code: "BAD_OPTION" }),
+    );
+    expect(() => new Allocator("vms", new SimDriver(), { options: { smallSegmentBytes: 1024 } })).toThrow(
+      expect.objectContaining({ code: "BAD_OPTION" }),
+    );
+  });
+});
+
+describe("vms on recorded traces", () => {
+  const small = tracePath("small/train_default.pickle");
+  it.skipIf(!small)("replays small/train_default with invariants at every op, stamps checked on the sim, under 1.02 x peak", async () => {
+    const snap = await readSnapshot(small!);
+    const d = new SimDriver();
+    const r = replay(snap.events, { policy: "vms", driver: d, settings: snap.allocatorSettings, checkInvariants: 1, integrity: true });
+    expect(r.oom).toBeNull();
+    expect(r.integrityErrors).toBe(0);
+    expect(r.integrityChecked).toBeGreaterThan(100);
+    expect(d.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
+    const cap = replay(snap.events, { policy: "vms", driver: new SimDriver(), settings: snap.allocatorSettings, capacity: Math.floor(1.02 * r.peakLiveBytes) });
+    expect(cap.oom).toBeNull();
+    const exp = replay(snap.events, { policy: "expandable", driver: new SimDriver(), settings: snap.allocatorSettings });
+    expect(r.utilization).toBeGreaterThanOrEqual(exp.utilization);
+  });
+
+  const lora = tracePath("llama1b_lora.pickle.gz");
+  it.skipIf(!lora)("beats expandable on llama1b_lora with no driver call in the second half (periodic full invariant checks)", async () => {
+    const snap = await readSnapshot(lora!);
+    const r = replay(snap.events, { policy: "vms", driver: new SimDriver(), settings: snap.allocatorSettings, checkInvariants: 40000 });
+    const exp = replay(snap.events, { policy: "expandable", driver: new SimDriver(), settings: snap.allocatorSettings, recorder: null });
+    expect(r.utilization).toBeGreaterThanOrEqual(0.97);
+    expect(r.utilization).toBeGreaterThan(exp.utilization);
+    expect(Object.values(r.driverCallsSecondHalf).every((v) => v === 0)).toBe(true);
+    const dur = snap.events.timeUs[snap.events.length - 1]! - snap.events.timeUs[0]!;
+    expect(r.driverTimeUs).toBeLessThan(0.01 * dur);
+  }, 60_000);
+});
