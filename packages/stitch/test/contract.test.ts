@@ -58,6 +58,8 @@ describe.each(listPolicies().map((p) => p.name))("policy %s", (policy) => {
   describe.each(drivers)("on $name", ({ make, integrity, skip }) => {
     it.skipIf(!!skip)("serves random mixes with invariants and integrity, and tears down to nothing", () => {
       const driver = make();
+      // Free memory before: a real GPU never reports all of it free (the context takes some).
+      const before = driver.memGetInfo().freeBytes;
       try {
         for (const seed of [1, 2, 3]) {
           const a = new Allocator(policy, driver, { checkInvariants: 1, integrity });
@@ -70,8 +72,7 @@ describe.each(listPolicies().map((p) => p.name))("policy %s", (policy) => {
           expect(a.stats.activeBytes).toBe(0);
           expect(a.stats.reservedBytes).toBe(0);
           expect(a.stats.peakReservedBytes).toBeGreaterThanOrEqual(a.stats.peakAllocatedBytes);
-          const info = driver.memGetInfo();
-          expect(info.freeBytes).toBe(info.totalBytes);
+          expect(driver.memGetInfo().freeBytes).toBe(before);
         }
       } finally {
         driver.close();

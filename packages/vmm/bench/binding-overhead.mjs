@@ -1,7 +1,12 @@
-// The JS binding's overhead per call: each call timed in a loop through the raw addon and
-// through the driver class, next to the same call from a plain C++ loop
-// (bench/binding_overhead.cc, built here with g++ -ldl if missing), in the same run.
-//   node bench/binding-overhead.mjs [host] [cuda] [--iterations N] [--rounds R] [--json FILE]
+// The JS binding's overhead per call. Each driver call is timed three ways in this one
+// process, on the same handles and addresses, in interleaved rounds:
+//   loop   - the addon's test-only benchLoop(): the bare driver call in a C++ loop
+//   addon  - the raw addon function from JS (argument checks, handle unwrap, the call)
+//   driver - the driver class (HostDriver/CudaDriver: bookkeeping and stats too; own handles)
+// and overhead = addon - loop and driver - loop (medians of per-round differences).
+// For reference, the same calls from a separate C++ process (bench/binding_overhead.cc,
+// built here with g++ -ldl; skipped with --no-process or when it cannot be built).
+//   node bench/binding-overhead.mjs [host] [cuda] [--iterations N] [--rounds R] [--no-process] [--json FILE]
 // Run after `pnpm --filter @gmlake/vmm build`. cuda is skipped when no driver/device is present.
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
@@ -20,111 +25,156 @@ const opt = (name, def) => {
 const iterations = Number(opt("--iterations", 20000));
 const rounds = Number(opt("--rounds", 5));
 const jsonFile = opt("--json", undefined);
+const withProcess = !args.includes("--no-process");
 const wanted = args.filter((a) => a === "host" || a === "cuda");
 const modes = wanted.length ? wanted : ["host", "cuda"];
+if (!(iterations >= 1) || !(rounds >= 1)) {
+  console.error("binding-overhead: --iterations and --rounds must be positive integers");
+  process.exit(2);
+}
 
-/** Median over rounds of the per-call time of `iters` iterations (same method as the C++ side). */
-function measure(callsPerIter, body) {
-  for (let i = 0; i < iterations / 10 + 1; i++) body();
-  const perCall = [];
+const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+
+/** Per-call us of `iterations` runs of a JS body. */
+function jsRound(callsPerIter, body) {
+  const t0 = performance.now();
+  for (let i = 0; i < iterations; i++) body();
+  return ((performance.now() - t0) * 1000) / iterations / callsPerIter;
+}
+
+/**
+ * One call measured three ways in interleaved rounds (loop, addon, driver, loop, ...), so
+ * that drift (frequency, other load) lands on all three alike. `loop(n)` returns the us
+ * of n iterations of the in-process C++ loop.
+ */
+function compare(callsPerIter, loop, addon, driver) {
+  const warm = Math.ceil(iterations / 10);
+  loop(warm);
+  for (let i = 0; i < warm; i++) addon();
+  for (let i = 0; i < warm; i++) driver();
+  const l = [], a = [], d = [];
   for (let r = 0; r < rounds; r++) {
-    const t0 = performance.now();
-    for (let i = 0; i < iterations; i++) body();
-    perCall.push(((performance.now() - t0) * 1000) / iterations / callsPerIter);
+    l.push(loop(iterations) / iterations / callsPerIter);
+    a.push(jsRound(callsPerIter, addon));
+    d.push(jsRound(callsPerIter, driver));
   }
-  perCall.sort((a, b) => a - b);
-  return perCall[rounds >> 1];
+  return {
+    loop: median(l),
+    addon: median(a),
+    driver: median(d),
+    addonOverhead: median(a.map((x, i) => x - l[i])),
+    driverOverhead: median(d.map((x, i) => x - l[i])),
+  };
 }
 
-function nativeLoop(mode) {
+/** The same calls from bench/binding_overhead.cc in a separate process (the earlier method). */
+function processLoop(mode) {
+  if (!withProcess) return null;
   const bin = process.env.GMLAKE_BENCH_NATIVE ?? join(pkg, "build/bench/binding_overhead");
-  if (!process.env.GMLAKE_BENCH_NATIVE) {
-    mkdirSync(dirname(bin), { recursive: true });
-    try {
-      execFileSync("g++", ["-O2", "-std=c++17", "-o", bin, join(pkg, "bench/binding_overhead.cc"), "-ldl"], { stdio: "inherit" });
-    } catch (e) {
-      if (!existsSync(bin)) throw new Error(`cannot build the C++ loop (g++ failed: ${e.message}) and no prebuilt ${bin}`);
-      console.error(`g++ failed; using the prebuilt ${bin}`);
+  try {
+    if (!process.env.GMLAKE_BENCH_NATIVE) {
+      mkdirSync(dirname(bin), { recursive: true });
+      try {
+        execFileSync("g++", ["-O2", "-std=c++17", "-o", bin, join(pkg, "bench/binding_overhead.cc"), "-ldl"], { stdio: "inherit" });
+      } catch (e) {
+        if (!existsSync(bin)) throw new Error(`g++ failed (${e.message}) and no prebuilt ${bin}`);
+        console.error(`g++ failed; using the prebuilt ${bin}`);
+      }
     }
+    return JSON.parse(execFileSync(bin, [mode, String(iterations), String(rounds)], { encoding: "utf8" }));
+  } catch (e) {
+    console.error(`separate-process C++ loop skipped: ${e.message}`);
+    return null;
   }
-  return JSON.parse(execFileSync(bin, [mode, String(iterations), String(rounds)], { encoding: "utf8" }));
 }
 
-function hostJs() {
+/** The shared measurement sequence; `raw` wraps the addon's functions for one mode. */
+function measureAll(raw, d) {
   const n = loadNative();
-  const g = 2 * 1024 * 1024;
-  const raw = {};
-  const h = n.hostMemCreate(g, 1);
-  const va = n.hostMemAddressReserve(g, g);
-  raw["memMap+memUnmap"] = measure(2, () => {
-    n.hostMemMap(va, g, 0, h);
-    n.hostMemUnmap(va, g);
-  });
-  n.hostMemMap(va, g, 0, h);
-  raw.memSetAccess = measure(1, () => n.hostMemSetAccess(va, g));
-  const small = new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]);
-  const out = new Uint8Array(8);
-  raw["write 8 B"] = measure(1, () => n.hostWrite(va, small));
-  raw["read 8 B"] = measure(1, () => n.hostRead(va, out));
-  n.hostMemUnmap(va, g);
-  n.hostMemAddressFree(va, g);
-  n.hostMemRelease(h);
-  raw["memCreate+memRelease"] = measure(2, () => n.hostMemRelease(n.hostMemCreate(g, 2)));
-  raw["memAddressReserve+memAddressFree"] = measure(2, () => n.hostMemAddressFree(n.hostMemAddressReserve(g, g), g));
-  return { raw, driver: driverJs(new HostDriver()) };
-}
-
-/** The same calls through a VmmDriver (bookkeeping, stats and all). */
-function driverJs(d) {
   const g = d.device.granularity.minimum;
   const res = {};
-  if (d.name === "cuda") res.memGetInfo = measure(1, () => d.memGetInfo());
-  const h = d.memCreate(g);
-  const va = d.memAddressReserve(g);
-  res["memMap+memUnmap"] = measure(2, () => {
-    d.memMap(va, g, 0, h);
-    d.memUnmap(va, g);
-  });
-  d.memMap(va, g, 0, h);
-  res.memSetAccess = measure(1, () => d.memSetAccess(va, g));
   const small = new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]);
-  res["write 8 B"] = measure(1, () => d.write(va, small));
-  res["read 8 B"] = measure(1, () => d.read(va, 8));
-  d.memUnmap(va, g);
-  d.memAddressFree(va, g);
-  d.memRelease(h);
-  res["memCreate+memRelease"] = measure(2, () => d.memRelease(d.memCreate(g)));
-  res["memAddressReserve+memAddressFree"] = measure(2, () => d.memAddressFree(d.memAddressReserve(g), g));
-  d.close();
+  const out = new Uint8Array(8);
+  const loop = (call, ...a) => (iters) => n.benchLoop(raw.prefix + call, iters, ...a);
+
+  if (raw.memGetInfo) res.memGetInfo = compare(1, loop("MemGetInfo"), raw.memGetInfo, () => d.memGetInfo());
+
+  const h = raw.memCreate(g, 1);
+  const va = raw.memAddressReserve(g);
+  const dh = d.memCreate(g);
+  const dva = d.memAddressReserve(g);
+  res["memMap+memUnmap"] = compare(
+    2,
+    loop(`MemMap+${raw.prefix}MemUnmap`, va, g, 0, h),
+    () => {
+      raw.memMap(va, g, 0, h);
+      raw.memUnmap(va, g);
+    },
+    () => {
+      d.memMap(dva, g, 0, dh);
+      d.memUnmap(dva, g);
+    },
+  );
+  raw.memMap(va, g, 0, h);
+  d.memMap(dva, g, 0, dh);
+  res.memSetAccess = compare(1, loop("MemSetAccess", va, g), () => raw.memSetAccess(va, g), () => d.memSetAccess(dva, g));
+  res["write 8 B"] = compare(1, loop("Write", va, small), () => raw.write(va, small), () => d.write(dva, small));
+  res["read 8 B"] = compare(1, loop("Read", va, out), () => raw.read(va, out), () => d.read(dva, 8));
+  raw.memUnmap(va, g);
+  raw.memAddressFree(va, g);
+  raw.memRelease(h);
+  d.memUnmap(dva, g);
+  d.memAddressFree(dva, g);
+  d.memRelease(dh);
+
+  res["memCreate+memRelease"] = compare(
+    2,
+    loop(`MemCreate+${raw.prefix}MemRelease`, g),
+    () => raw.memRelease(raw.memCreate(g, 2)),
+    () => d.memRelease(d.memCreate(g)),
+  );
+  res["memAddressReserve+memAddressFree"] = compare(
+    2,
+    loop(`MemAddressReserve+${raw.prefix}MemAddressFree`, g, raw.alignment(g)),
+    () => raw.memAddressFree(raw.memAddressReserve(g), g),
+    () => d.memAddressFree(d.memAddressReserve(g), g),
+  );
   return res;
 }
 
-function cudaJs() {
+function hostRaw() {
   const n = loadNative();
-  n.cudaLoad();
-  const dev = n.cudaDeviceOpen(0);
-  const [g] = n.cudaGranularity(0);
-  const raw = {};
-  raw.memGetInfo = measure(1, () => n.cudaMemGetInfo(dev));
-  const h = n.cudaMemCreate(dev, g, 1);
-  const va = n.cudaMemAddressReserve(dev, g, 0);
-  raw["memMap+memUnmap"] = measure(2, () => {
-    n.cudaMemMap(dev, va, g, 0, h);
-    n.cudaMemUnmap(dev, va, g);
-  });
-  n.cudaMemMap(dev, va, g, 0, h);
-  raw.memSetAccess = measure(1, () => n.cudaMemSetAccess(dev, va, g));
-  const small = new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]);
-  const out = new Uint8Array(8);
-  raw["write 8 B"] = measure(1, () => n.cudaWrite(dev, va, small));
-  raw["read 8 B"] = measure(1, () => n.cudaRead(dev, va, out));
-  n.cudaMemUnmap(dev, va, g);
-  n.cudaMemAddressFree(dev, va, g);
-  n.cudaMemRelease(dev, h);
-  raw["memCreate+memRelease"] = measure(2, () => n.cudaMemRelease(dev, n.cudaMemCreate(dev, g, 2)));
-  raw["memAddressReserve+memAddressFree"] = measure(2, () => n.cudaMemAddressFree(dev, n.cudaMemAddressReserve(dev, g, 0), g));
-  n.cudaDeviceClose(dev);
-  return { raw, driver: driverJs(new CudaDriver()) };
+  return {
+    prefix: "host",
+    alignment: (g) => g,
+    memCreate: (size, id) => n.hostMemCreate(size, id),
+    memRelease: (h) => n.hostMemRelease(h),
+    memAddressReserve: (size) => n.hostMemAddressReserve(size, size),
+    memAddressFree: (va, size) => n.hostMemAddressFree(va, size),
+    memMap: (va, size, off, h) => n.hostMemMap(va, size, off, h),
+    memUnmap: (va, size) => n.hostMemUnmap(va, size),
+    memSetAccess: (va, size) => n.hostMemSetAccess(va, size),
+    write: (va, data) => n.hostWrite(va, data),
+    read: (va, o) => n.hostRead(va, o),
+  };
+}
+
+function cudaRaw(dev) {
+  const n = loadNative();
+  return {
+    prefix: "cuda",
+    alignment: () => 0,
+    memGetInfo: () => n.cudaMemGetInfo(dev),
+    memCreate: (size, id) => n.cudaMemCreate(dev, size, id),
+    memRelease: (h) => n.cudaMemRelease(dev, h),
+    memAddressReserve: (size) => n.cudaMemAddressReserve(dev, size, 0),
+    memAddressFree: (va, size) => n.cudaMemAddressFree(dev, va, size),
+    memMap: (va, size, off, h) => n.cudaMemMap(dev, va, size, off, h),
+    memUnmap: (va, size) => n.cudaMemUnmap(dev, va, size),
+    memSetAccess: (va, size) => n.cudaMemSetAccess(dev, va, size),
+    write: (va, data) => n.cudaWrite(dev, va, data),
+    read: (va, o) => n.cudaRead(dev, va, o),
+  };
 }
 
 const report = { date: new Date().toISOString(), node: process.version, iterations, rounds, modes: {} };
@@ -133,16 +183,29 @@ for (const mode of modes) {
     console.log("cuda: skipped (no CUDA driver or device here)");
     continue;
   }
-  const cpp = nativeLoop(mode);
-  const { raw, driver } = mode === "host" ? hostJs() : cudaJs();
-  report.modes[mode] = { cpp, addon: raw, driver };
-  console.log(`\n${mode}: us per call, median of ${rounds} rounds of ${iterations} iterations`);
-  console.log(
-    `${"call".padEnd(34)}${"C++".padStart(10)}${"addon".padStart(10)}${"overhead".padStart(10)}${"driver".padStart(10)}${"overhead".padStart(10)}`,
-  );
-  for (const op of Object.keys(cpp)) {
-    const f = (x) => (x === undefined ? "-" : x.toFixed(3)).padStart(10);
-    console.log(`${op.padEnd(34)}${f(cpp[op])}${f(raw[op])}${f(raw[op] - cpp[op])}${f(driver[op])}${f(driver[op] - cpp[op])}`);
+  const proc = processLoop(mode);
+  let res;
+  if (mode === "host") {
+    const d = new HostDriver();
+    res = measureAll(hostRaw(), d);
+    d.close();
+  } else {
+    const n = loadNative();
+    n.cudaLoad();
+    const dev = n.cudaDeviceOpen(0); // makes the device's primary context current for benchLoop
+    const d = new CudaDriver();
+    res = measureAll(cudaRaw(dev), d);
+    d.close();
+    n.cudaDeviceClose(dev);
+  }
+  report.modes[mode] = { inProcess: res, separateProcess: proc };
+  console.log(`\n${mode}: us per call, median of ${rounds} interleaved rounds of ${iterations} iterations`);
+  const cols = ["C++ loop", "addon", "overhead", "driver", "overhead", "C++ proc"];
+  console.log(`${"call".padEnd(34)}${cols.map((c) => c.padStart(10)).join("")}`);
+  const f = (x) => (x === undefined || x === null ? "-" : x.toFixed(3)).padStart(10);
+  for (const [op, r] of Object.entries(res)) {
+    console.log(`${op.padEnd(34)}${[r.loop, r.addon, r.addonOverhead, r.driver, r.driverOverhead, proc?.[op]].map(f).join("")}`);
   }
 }
+console.log("\noverhead = median over rounds of (JS time - in-process C++ loop time of the same round)");
 if (jsonFile) writeFileSync(jsonFile, JSON.stringify(report, null, 2));

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The whole GPU run in one `run` call (device time is scarce). Here: bash scripts/gpu/bundle.sh;
+# then `run` with carry [".gpu"] and the command: bash scripts/gpu/full-run.sh
+# Steps, each under `timeout`, each run whatever the others did:
+#   doctor   gmlake doctor
+#   vmm      the vmm vitest suite (contract over host, sim and cuda; host/sim misuse table)
+#   misuse   bench/misuse-probe.mjs cuda, compared with the table host and sim are held to
+#   stitch   the stitch vitest suite (contract over sim, host and cuda; fidelity on the traces)
+#   binding  bench/binding-overhead.mjs host cuda (in-process C++ loop vs addon vs driver class)
+#   bench    apps/bench on the carried traces, drivers cuda,sim, capacity factor 1.02
+#   faults   packages/stitch/bench/fault-sweep.mjs --driver cuda (skipped if absent or no cuda)
+# Choose steps with STEPS=doctor,vmm,...; override a step's limit with T_<step>=seconds
+# (e.g. T_bench=200); the whole stays inside TOTAL seconds (default 560: a step gets at most
+# what is left, so the `run` call's 600 s are never hit). BINDING_ARGS / BENCH_ARGS /
+# FAULT_ARGS add arguments to those steps.
+# Out ($OUT, else ./gpu-out; at most 8 files come back): full-run.log (everything, live),
+# summary.txt (step, exit code, seconds), bench-summary.md (apps/bench's summary) and
+# results.tar.gz (per-step logs, all bench results and plots, JSON), re-packed after every
+# step so a run cut short still returns what it did.
+set -uo pipefail
+t_start=$(date +%s.%N)
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+work=${GMLAKE_RUN_DIR:-/tmp/gmlake-run}
+rm -rf "$work"
+mkdir -p "$work"
+
+declare -A limit=([doctor]=30 [vmm]=90 [misuse]=30 [stitch]=180 [binding]=90 [bench]=240 [faults]=150)
+total_limit=${TOTAL:-560}
+steps=${STEPS:-doctor,vmm,misuse,stitch,binding,bench,faults}
+rows=()
+failed=0
+
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+
+pack() {
+  tar -czf "$OUT/results.tar.gz.tmp" -C "$(dirname "$work")" "$(basename "$work")" && mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"
+}
+
+summary() {
+  {
+    printf '%-8s %6s %8s  %s\n' step exit seconds note
+    for r in "${rows[@]}"; do printf '%-8s %6s %8s  %s\n' $r; done
+    printf '%-8s %6s %8s\n' total "" "$(elapsed "$t_start")"
+  } >"$work/summary.txt"
+  cp "$work/summary.txt" "$OUT/summary.txt"
+}
+
+# step NAME DIR COMMAND...: runs COMMAND in DIR under the step's limit, log in $work/NAME.log.
+step() {
+  local name=$1 dir=$2
+  shift 2
+  [[ ",$steps," == *",$name,"* ]] || return 0
+  local lim_var="T_$name" lim=${limit[$name]}
+  lim=${!lim_var:-$lim}
+  local left
+  left=$(awk -v a="$t_start" -v b="$(date +%s.%N)" -v t="$total_limit" 'BEGIN { printf "%d", t - (b - a) - 5 }')
+  if [ "$left" -lt 5 ]; then
+    echo "=== [$name] not run: the ${total_limit}s total is used up"
+    rows+=("$name - 0 no-time-left")
+    summary
+    return 0
+  fi
+  [ "$left" -lt "$lim" ] && lim=$left
+  echo
+  echo "=== [$name] $(date -u +%H:%M:%S) limit ${lim}s: $*"
+  local t0
+  t0=$(date +%s.%N)
+  (cd "$dir" && timeout -k 10 "$lim" "$@") 2>&1 | tee "$work/$name.log"
+  local rc=${PIPESTATUS[0]} secs note=""
+  secs=$(elapsed "$t0")
+  [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && note="timed-out(${lim}s)"
+  echo "=== [$name] exit $rc in ${secs}s $note"
+  [ "$rc" -eq 0 ] || failed=$((failed + 1))
+  rows+=("$name $rc $secs $note")
+  summary
+  pack
+}
+
+skip() {
+  [[ ",$steps," == *",$1,"* ]] || return 0
+  echo "=== [$1] skipped: $2"
+  rows+=("$1 - 0 skipped:$(echo "$2" | tr ' ' '_')")
+  summary
+}
+
+main() {
+  echo "=== full-run $(date -u +%Y-%m-%dT%H:%M:%SZ), steps $steps"
+  local t0
+  t0=$(date +%s.%N)
+  # shellcheck source=unpack.sh
+  source "$(dirname "$0")/unpack.sh" || return 2
+  rows+=("unpack 0 $(elapsed "$t0")")
+  {
+    uname -a
+    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>&1 || true
+    echo "node $(node --version)"
+    command -v g++ >/dev/null && g++ --version | head -1
+    echo "GMLAKE_SHARED=${GMLAKE_SHARED:-unset} (traces: $(ls "${GMLAKE_SHARED:-/nonexistent}/traces" 2>/dev/null | wc -l) entries)"
+  } 2>&1 | tee "$work/machine.txt"
+  local traces=${GMLAKE_SHARED:-$dest/../shared}/traces
+
+  step doctor "$dest" node apps/cli/dist/main.js doctor
+  step vmm "$dest/packages/vmm" node node_modules/vitest/vitest.mjs run --reporter=verbose
+  step misuse "$dest/packages/vmm" bash -c 'node bench/misuse-probe.mjs cuda --json "$0" && node "$1" "$0" test/fixtures/h200-misuse.json' "$work/misuse-cuda.json" "$gpu_root/scripts/gpu/misuse-check.mjs"
+  step stitch "$dest/packages/stitch" node node_modules/vitest/vitest.mjs run --reporter=verbose
+  # shellcheck disable=SC2086
+  step binding "$dest/packages/vmm" node bench/binding-overhead.mjs host cuda --json "$work/binding-overhead.json" ${BINDING_ARGS:-}
+  # shellcheck disable=SC2086
+  step bench "$dest" node apps/bench/dist/main.js --traces "$traces" --drivers cuda,sim --capacity-factor 1.02 \
+    --out "$work/bench" ${BENCH_ARGS:-}
+  [ -f "$work/bench/summary.md" ] && cp "$work/bench/summary.md" "$OUT/bench-summary.md"
+  local sweep="$dest/packages/stitch/bench/fault-sweep.mjs"
+  if [ ! -f "$sweep" ]; then
+    skip faults "no packages/stitch/bench/fault-sweep.mjs"
+  elif ! grep -q -- "--driver" "$sweep" || ! grep -q "cuda" "$sweep"; then
+    skip faults "fault-sweep.mjs takes no --driver cuda"
+  else
+    # shellcheck disable=SC2086
+    step faults "$dest/packages/stitch" node bench/fault-sweep.mjs --driver cuda ${FAULT_ARGS:-}
+  fi
+
+  echo
+  echo "=== summary (also in summary.txt; everything in results.tar.gz)"
+  summary
+  cat "$work/summary.txt"
+  pack
+  [ "$failed" -eq 0 ] || { echo "=== $failed step(s) failed"; return 1; }
+}
+
+# Exit status: 0 when every step that ran passed.
+main 2>&1 | tee "$OUT/full-run.log"
