@@ -18,7 +18,7 @@ import { runTask, type Task, type TaskResult } from "./task.js";
 import { writeTracePlots } from "./plots.js";
 
 const HELP = `Usage: gmlake-bench [--traces DIR] [--policies a,b] [--drivers auto|sim,cuda,host]
-                    [--capacity-factor 1.02] [--integrity on|full|off] [--workers N]
+                    [--capacity-factor 1.02] [--integrity on|full|off] [--workers N] [--cpu-workers N]
                     [--only NAME,...] [--out DIR]
 
 Replays every trace in DIR (default ../shared/traces, sub-folders included) with every
@@ -34,6 +34,8 @@ interface Args {
   capacityFactor: number | null;
   integrity: boolean | "full";
   workers: number;
+  /** Worker processes for sim/host runs (default: cores - 2, at most 8). */
+  cpuWorkers?: number;
   only: string[] | null;
   out: string;
 }
@@ -55,6 +57,7 @@ function parse(argv: string[]): Args {
         "capacity-factor": { type: "string" },
         integrity: { type: "string" },
         workers: { type: "string" },
+        "cpu-workers": { type: "string" },
         only: { type: "string" },
         out: { type: "string" },
         help: { type: "boolean", short: "h" },
@@ -85,6 +88,8 @@ function parse(argv: string[]): Args {
   const gpus = cuda.ok ? cuda.devices.length : 0;
   const workers = v.workers ? Number(v.workers) : Math.max(1, drivers.includes("cuda") ? gpus : 1);
   if (!Number.isInteger(workers) || workers < 1) fail(`invalid --workers '${v.workers}'`);
+  const cpuWorkers = v["cpu-workers"] === undefined ? undefined : Number(v["cpu-workers"]);
+  if (cpuWorkers !== undefined && (!Number.isInteger(cpuWorkers) || cpuWorkers < 1)) fail(`invalid --cpu-workers '${v["cpu-workers"]}'`);
   return {
     traceDir: v.traces ?? defaultTraceDir(),
     policies,
@@ -92,19 +97,24 @@ function parse(argv: string[]): Args {
     capacityFactor: factor,
     integrity: integ === "full" ? "full" : integ === "on",
     workers,
+    cpuWorkers,
     only: v.only ? v.only.split(",") : null,
     out: v.out ?? "bench-results",
   };
 }
 
-/** Runs tasks in worker processes, one per GPU, each pinned with CUDA_VISIBLE_DEVICES. */
-async function runInWorkers(tasks: Task[], workers: number, onDone: (r: TaskResult) => void): Promise<void> {
-  const queue = [...tasks];
+/**
+ * Runs tasks in worker processes: cuda tasks one worker per GPU, each pinned with
+ * CUDA_VISIBLE_DEVICES; sim and host tasks on CPU workers (no GPU visible to them), so the
+ * sim runs and their speed figures do not wait for or compete with the GPU runs.
+ */
+async function runInWorkers(queue: Task[], workers: number, gpu: number | null, onDone: (r: TaskResult) => void): Promise<void> {
   const script = new URL(import.meta.url).pathname;
   await Promise.all(
-    Array.from({ length: workers }, (_, gpu) => {
+    Array.from({ length: workers }, (_, w) => {
       return new Promise<void>((resolve, reject) => {
-        const child = fork(script, ["--worker"], { env: { ...process.env, CUDA_VISIBLE_DEVICES: String(gpu) }, stdio: ["ignore", "inherit", "inherit", "ipc"] });
+        const env = { ...process.env, CUDA_VISIBLE_DEVICES: gpu === null ? "" : String(gpu + w) };
+        const child = fork(script, ["--worker"], { env, stdio: ["ignore", "inherit", "inherit", "ipc"] });
         const next = () => {
           const t = queue.shift();
           if (t) child.send(t);
@@ -114,7 +124,7 @@ async function runInWorkers(tasks: Task[], workers: number, onDone: (r: TaskResu
           onDone(r);
           next();
         });
-        child.on("exit", (code) => (code === 0 || code === null ? resolve() : reject(new Error(`worker ${gpu} exited with ${code}`))));
+        child.on("exit", (code) => (code === 0 || code === null ? resolve() : reject(new Error(`worker ${w} exited with ${code}`))));
         next();
       });
     }),
@@ -149,7 +159,8 @@ async function main(): Promise<void> {
   const tasks: Task[] = [];
   for (const t of traces) {
     const rec = recorded.find((r) => r.trace === t.trace)!;
-    for (const driver of a.drivers) for (const policy of a.policies) tasks.push({ id: tasks.length, ...t, policy, driver, integrity: a.integrity });
+    for (const driver of a.drivers)
+      for (const policy of a.policies) tasks.push({ id: tasks.length, ...t, policy, driver, integrity: a.integrity, timeline: driver === "sim" });
     if (a.capacityFactor !== null) {
       const capacity = Math.ceil(rec.peakLiveBytes * a.capacityFactor);
       for (const policy of a.policies)
@@ -164,8 +175,18 @@ async function main(): Promise<void> {
     const status = r.error ? `ERROR ${r.error}` : `util ${r.utilization.toFixed(3)}${r.oom ? " OOM" : ""}, ${(r.eventsPerSecond / 1e6).toFixed(2)} M ev/s`;
     process.stderr.write(`[${results.length}/${tasks.length}] ${((Date.now() - t0) / 1000).toFixed(0)}s ${r.trace} ${r.policy} ${r.driver}${r.capacityNote ? ` @${r.capacityNote}` : ""}: ${status}\n`);
   };
-  if (a.workers > 1) await runInWorkers(tasks, a.workers, onDone);
-  else for (const t of tasks) onDone(await runTask(t));
+  const gpuTasks = tasks.filter((t) => t.driver === "cuda");
+  const cpuTasks = tasks.filter((t) => t.driver !== "cuda");
+  // Leave a core for the GPU worker and the parent; on a 2-core box this is one worker.
+  const cpuWorkers = Math.max(1, Math.min(a.cpuWorkers ?? cpus().length - 2, cpuTasks.length, 8));
+  if (gpuTasks.length === 0 && cpuWorkers === 1) {
+    for (const t of tasks) onDone(await runTask(t));
+  } else {
+    await Promise.all([
+      gpuTasks.length ? runInWorkers(gpuTasks, a.workers, 0, onDone) : Promise.resolve(),
+      cpuTasks.length ? runInWorkers(cpuTasks, cpuWorkers, null, onDone) : Promise.resolve(),
+    ]);
+  }
   results.sort((x, y) => x.taskId - y.taskId);
 
   const cuda = probeCuda({ memInfo: false });
@@ -174,9 +195,10 @@ async function main(): Promise<void> {
     : `${cpus()[0]?.model ?? "CPU"} x${cpus().length}, no GPU, host ${hostname()}`;
   const command = `gmlake-bench ${argv.join(" ")}`.trim();
   const date = new Date().toISOString();
+  await writeTracePlots(a.out, traces, results, recorded);
+  for (const r of results) delete r.reservedCurve;
   writeFileSync(join(a.out, "results.json"), JSON.stringify({ date, machine, command, recorded, results }, null, 1) + "\n");
   writeFileSync(join(a.out, "summary.md"), markdownSummary({ date, machine, command, results, recorded }));
-  await writeTracePlots(a.out, traces, a.policies, recorded);
   process.stderr.write(`wrote ${join(a.out, "results.json")}, summary.md and ${traces.length} plots in ${((Date.now() - t0) / 1000).toFixed(0)} s\n`);
   const bad = results.filter((r) => r.error || r.integrityErrors > 0);
   if (bad.length) {

@@ -1,17 +1,14 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { SimDriver } from "@gmlake/vmm";
-import { privatePoolTags, replay } from "@gmlake/stitch";
 import { plotSvg, sampleTimeline, type PlotSeries } from "@gmlake/trace";
 import type { Recorded } from "./recorded.js";
-import { loadSnapshot } from "./task.js";
+import { loadSnapshot, type TaskResult } from "./task.js";
 
 /**
  * One SVG per trace: the trace's live bytes, PyTorch's recorded reserved, and each
- * policy's reserved over the replay. Replays on the sim driver with a recorder (the
- * decisions do not depend on the driver; the worker runs keep no logs).
+ * policy's reserved over its sim replay (the curves come back from the workers).
  */
-export async function writeTracePlots(out: string, traces: { trace: string; path: string }[], policies: string[], recorded: Recorded[]): Promise<void> {
+export async function writeTracePlots(out: string, traces: { trace: string; path: string }[], results: TaskResult[], recorded: Recorded[]): Promise<void> {
   for (const t of traces) {
     const s = await loadSnapshot(t.path);
     const rec = sampleTimeline(s.events);
@@ -20,17 +17,10 @@ export async function writeTracePlots(out: string, traces: { trace: string; path
       { label: "live (trace)", live: rec.live, startUs: rec.startUs },
       { label: `PyTorch ${mode} (recorded)`, reserved: rec.reserved, startUs: rec.startUs },
     ];
-    for (const policy of policies) {
-      const r = replay(s.events, {
-        policy,
-        driver: new SimDriver(),
-        settings: s.allocatorSettings,
-        onOom: "stop",
-        pools: privatePoolTags(s.events, s.segments),
-      });
-      if (!r.log) continue;
-      const tl = sampleTimeline(r.log);
-      series.push({ label: policy, reserved: tl.reserved, startUs: tl.startUs });
+    for (const r of results) {
+      const c = r.reservedCurve;
+      if (r.trace !== t.trace || !c) continue;
+      series.push({ label: r.policy, reserved: { timeUs: Float64Array.from(c.timeUs), bytes: Float64Array.from(c.bytes) }, startUs: c.startUs });
     }
     const file = join(out, `${t.trace.replace(/[^A-Za-z0-9._-]+/g, "_")}.svg`);
     writeFileSync(file, plotSvg(series, { title: `${t.trace}: live vs reserved`, subtitle: "each allocator replayed on the same requests (sim driver)" }));

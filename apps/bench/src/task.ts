@@ -1,6 +1,7 @@
 import { createDriver, type VmmDriver } from "@gmlake/vmm";
 import { privatePoolTags, replay, replayRow, type ReplayRow } from "@gmlake/stitch";
 import { readSnapshot, type Snapshot } from "@gmlake/torch-trace";
+import { sampleTimeline } from "@gmlake/trace";
 import { DeviceAccounting } from "./device-accounting.js";
 
 export interface Task {
@@ -13,6 +14,15 @@ export interface Task {
   /** Why the capacity is set (e.g. "1.02x peak live"). */
   capacityNote?: string;
   integrity: boolean | "full";
+  /** Keep the allocator's reserved bytes over time (for the per-trace plot). */
+  timeline?: boolean;
+}
+
+/** A sampled curve, as plain arrays so that it crosses process boundaries. */
+export interface Curve {
+  startUs: number;
+  timeUs: number[];
+  bytes: number[];
 }
 
 export interface TaskResult extends ReplayRow {
@@ -22,6 +32,8 @@ export interface TaskResult extends ReplayRow {
   /** cuda: device memory gone (cuMemGetInfo) when the allocator's held bytes peaked. */
   deviceUsedAtPeakBytes: number | null;
   error: string | null;
+  /** Reserved over time, when the task asked for it (not written to results.json). */
+  reservedCurve?: Curve;
 }
 
 const cache = new Map<string, Promise<Snapshot>>();
@@ -52,7 +64,7 @@ export async function runTask(task: Task): Promise<TaskResult> {
       capacity: task.capacity,
       settings: s.allocatorSettings,
       integrity: task.driver === "sim" ? false : task.integrity,
-      recorder: null,
+      recorder: task.timeline ? undefined : null,
       onOom: "stop",
       pools: privatePoolTags(ev, s.segments),
     });
@@ -63,6 +75,7 @@ export async function runTask(task: Task): Promise<TaskResult> {
       capacityNote: task.capacityNote ?? null,
       deviceUsedAtPeakBytes: accounting ? accounting.deviceUsedAtPeakBytes : null,
       error: null,
+      reservedCurve: task.timeline && r.log ? curveOf(r.log) : undefined,
     };
   } catch (e) {
     return failed(task, durationUs, e);
@@ -99,4 +112,9 @@ function failed(task: Task, durationUs: number, e: unknown): TaskResult {
     deviceUsedAtPeakBytes: null,
     error: message,
   };
+}
+
+function curveOf(log: NonNullable<ReturnType<typeof replay>["log"]>): Curve {
+  const tl = sampleTimeline(log);
+  return { startUs: tl.startUs, timeUs: Array.from(tl.reserved.timeUs), bytes: Array.from(tl.reserved.bytes) };
 }
