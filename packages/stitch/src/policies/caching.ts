@@ -1,3 +1,4 @@
+import type { AllocatorSettings } from "@gmlake/trace";
 import { Block } from "../block.js";
 import { BlockPool } from "../block-pool.js";
 import type { AllocatorContext } from "../context.js";
@@ -39,13 +40,7 @@ export class CachingAllocator implements PolicyInstance {
 
   constructor(ctx: AllocatorContext, o: CachingOptions) {
     this.ctx = ctx;
-    checkPytorchOptions(o);
-    const s = ctx.settings;
-    const ms = o.maxSplitSize ?? s.maxSplitSize;
-    this.maxSplit = ms === null || ms < 0 ? Infinity : ms;
-    this.maxNonSplitRounding = o.maxNonSplitRounding ?? s.maxNonSplitRounding;
-    const rp2 = o.roundupPower2Divisions ?? s.roundupPower2Divisions;
-    this.rp2 = rp2.some((d) => d > 1) ? rp2 : null;
+    ({ maxSplit: this.maxSplit, maxNonSplitRounding: this.maxNonSplitRounding, rp2: this.rp2 } = pytorchKnobs(ctx.settings, o));
   }
 
   malloc(size: number, stream: number): Block | null {
@@ -196,8 +191,35 @@ export const cachingPolicy: Policy<CachingOptions> = {
   create: (ctx, o) => new CachingAllocator(ctx, o),
 };
 
+/** PyTorch's own knobs as a policy resolves them: option, else the trace's recorded setting. */
+export interface PytorchKnobs {
+  /** Infinity when unlimited. */
+  maxSplit: number;
+  maxNonSplitRounding: number;
+  /** roundup_power2_divisions, or null when none is set (plain 512-byte rounding). */
+  rp2: number[] | null;
+}
+
+export interface PytorchOptions {
+  maxSplitSize: number | null;
+  maxNonSplitRounding: number | null;
+  roundupPower2Divisions: number[] | null;
+}
+
+/** Checks the PyTorch knobs of a policy's options and resolves them against the recorded settings. */
+export function pytorchKnobs(settings: AllocatorSettings, o: PytorchOptions): PytorchKnobs {
+  checkPytorchOptions(o);
+  const ms = o.maxSplitSize ?? settings.maxSplitSize;
+  const rp2 = o.roundupPower2Divisions ?? settings.roundupPower2Divisions;
+  return {
+    maxSplit: ms === null || ms < 0 ? Infinity : ms,
+    maxNonSplitRounding: o.maxNonSplitRounding ?? settings.maxNonSplitRounding,
+    rp2: rp2.some((d) => d > 1) ? rp2 : null,
+  };
+}
+
 /** The knobs shared with PyTorch's configuration: null (= from the trace's settings) or a valid value. */
-export function checkPytorchOptions(o: { maxSplitSize: unknown; maxNonSplitRounding: unknown; roundupPower2Divisions: unknown }): void {
+function checkPytorchOptions(o: { maxSplitSize: unknown; maxNonSplitRounding: unknown; roundupPower2Divisions: unknown }): void {
   const bytes = (k: string, v: unknown) => {
     if (v !== null && !(typeof v === "number" && Number.isSafeInteger(v) && v >= -1)) {
       throw new StitchError("BAD_OPTION", `Expected null or a byte count for ${k} but received ${JSON.stringify(v)}`);

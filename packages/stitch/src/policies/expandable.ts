@@ -5,7 +5,7 @@ import { BlockPool } from "../block-pool.js";
 import type { AllocatorContext } from "../context.js";
 import { isDriverOom } from "../errors.js";
 import type { Policy, PolicyInstance } from "../policy.js";
-import { checkPytorchOptions } from "./caching.js";
+import { pytorchKnobs } from "./caching.js";
 import { kLargeBuffer, kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../rounding.js";
 
 export interface ExpandableOptions extends Record<string, unknown> {
@@ -89,13 +89,7 @@ export class ExpandableAllocator implements PolicyInstance {
 
   constructor(ctx: AllocatorContext, o: ExpandableOptions) {
     this.ctx = ctx;
-    checkPytorchOptions(o);
-    const s = ctx.settings;
-    const ms = o.maxSplitSize ?? s.maxSplitSize;
-    this.maxSplit = ms === null || ms < 0 ? Infinity : ms;
-    this.maxNonSplitRounding = o.maxNonSplitRounding ?? s.maxNonSplitRounding;
-    const rp2 = o.roundupPower2Divisions ?? s.roundupPower2Divisions;
-    this.rp2 = rp2.some((d) => d > 1) ? rp2 : null;
+    ({ maxSplit: this.maxSplit, maxNonSplitRounding: this.maxNonSplitRounding, rp2: this.rp2 } = pytorchKnobs(ctx.settings, o));
     const g = ctx.chunks.granularity;
     for (const p of [o.smallPageSize, o.largePageSize]) {
       if (!(p > 0) || p % g !== 0) throw new Error(`expandable: page size ${p} is not a multiple of the granularity ${g}`);
