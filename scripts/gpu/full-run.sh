@@ -7,6 +7,7 @@
 #   misuse   bench/misuse-probe.mjs cuda, compared with the table host and sim are held to
 #   stitch   the stitch vitest suite (contract over sim, host and cuda; fidelity on the traces)
 #   binding  bench/binding-overhead.mjs host cuda (in-process C++ loop vs addon vs driver class)
+#   reader   torch-trace's bench/read-speed.mjs: the snapshot reader vs CPython's pickle on opt1b_generate
 #   bench    apps/bench on the carried traces, drivers cuda,sim, capacity factor 1.02
 #   faults   packages/stitch/bench/fault-sweep.mjs --driver cuda (skipped if absent or no cuda)
 # Choose steps with STEPS=doctor,vmm,...; override a step's limit with T_<step>=seconds
@@ -25,9 +26,9 @@ work=${GMLAKE_RUN_DIR:-/tmp/gmlake-run}
 rm -rf "$work"
 mkdir -p "$work"
 
-declare -A limit=([doctor]=30 [vmm]=90 [misuse]=30 [stitch]=180 [binding]=90 [bench]=240 [faults]=150)
+declare -A limit=([doctor]=30 [vmm]=90 [misuse]=30 [stitch]=180 [binding]=90 [reader]=60 [bench]=240 [faults]=150)
 total_limit=${TOTAL:-560}
-steps=${STEPS:-doctor,vmm,misuse,stitch,binding,bench,faults}
+steps=${STEPS:-doctor,vmm,misuse,stitch,binding,reader,bench,faults}
 rows=()
 failed=0
 
@@ -106,6 +107,7 @@ main() {
   step stitch "$dest/packages/stitch" node node_modules/vitest/vitest.mjs run --reporter=verbose
   # shellcheck disable=SC2086
   step binding "$dest/packages/vmm" node bench/binding-overhead.mjs host cuda --json "$work/binding-overhead.json" ${BINDING_ARGS:-}
+  step reader "$dest/packages/torch-trace" node bench/read-speed.mjs "$traces/opt1b_generate.pickle.gz"
   # shellcheck disable=SC2086
   step bench "$dest" node apps/bench/dist/main.js --traces "$traces" --drivers cuda,sim --capacity-factor 1.02 \
     --out "$work/bench" ${BENCH_ARGS:-}
