@@ -8,6 +8,8 @@
 //
 //   node bench/fault-sweep.mjs [--driver sim|host|cuda] [--per-call N] [--policy NAME]
 //                              [--workload SUBSTRING] [--release-side] [--json]
+//   node bench/fault-sweep.mjs --integrity [--driver host|cuda] [--policy NAME] [--trace SUBSTRING]
+//     (integrity: every public trace x policy, stamped at malloc and checked at free)
 //
 // The sweep itself is `runFaultSweep(api, options)`, exported so that
 // test/faults.test.ts runs a CI-sized subset against the sources. `api` carries the
@@ -132,6 +134,7 @@ function runOne(api, w, policy, makeDriver, plan, integrity) {
       policy,
       driver: fd,
       settings: w.settings,
+      options: w.options?.[policy],
       onOom: "continue",
       checkInvariants: 256,
       integrity,
@@ -245,12 +248,74 @@ function k0(call) {
 }
 
 /** The table as markdown. */
-export function formatRows(rows) {
-  const lines = ["| policy | call | code | uses in baseline | faults injected | survived | leaked | requests failed |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"];
+export function formatRows(rows, release = false) {
+  const head = release
+    ? "| policy | call | code | uses in baseline | faults injected | surfaced as the typed error | replay stopped, resources left held | requests failed |"
+    : "| policy | call | code | uses in baseline | faults injected | survived | leaked | requests failed |";
+  const lines = [head, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"];
   for (const r of rows) lines.push(`| ${r.policy} | ${r.call} | ${r.code} | ${r.uses} | ${r.injected} | ${r.survived} | ${r.leaked} | ${r.extraOoms} |`);
   const t = rows.reduce((a, r) => ({ i: a.i + r.injected, s: a.s + r.survived, l: a.l + r.leaked }), { i: 0, s: 0, l: 0 });
   lines.push(`| **all** | | | | **${t.i}** | **${t.s}** | **${t.l}** | |`);
   return lines.join("\n");
+}
+
+/** A driver adaptor counting the bytes read back (the integrity checker's reads at each free). */
+async function readCounter(vmm, inner) {
+  class ReadCounter extends vmm.DriverAdaptor {
+    bytesRead = 0;
+    read(address, size) {
+      this.bytesRead += size;
+      return super.read(address, size);
+    }
+  }
+  return new ReadCounter(inner);
+}
+
+/**
+ * --integrity: every public trace (and the small ones) with every policy, each block
+ * stamped at malloc and checked at its free: every byte ('full') on the small traces,
+ * first/last bytes and stitch seams on the rest. Prints blocks, bytes read back, mismatches.
+ */
+async function integrityMain(args, opt, stitch, vmm, readSnapshot, shared, makeDriver) {
+  const { readdirSync } = await import("node:fs");
+  const onlyPolicy = opt("--policy", null);
+  const onlyTrace = opt("--trace", null);
+  const dir = join(shared, "traces");
+  const files = [
+    ...readdirSync(join(dir, "small")).map((f) => join(dir, "small", f)),
+    ...readdirSync(dir).filter((f) => f.endsWith(".pickle.gz")).map((f) => join(dir, f)),
+  ].filter((f) => !onlyTrace || f.includes(onlyTrace));
+  // gmlake stitches only requests >= fragLimit (512 MiB by default): a 2 MiB run too, so real traces are checked across many seams
+  const policies = [...stitch.listPolicies().map((p) => ({ name: p.name, policy: p.name })), { name: "gmlake fragLimit=2MiB", policy: "gmlake", options: { fragLimit: 2 * 2 ** 20 } }].filter(
+    (p) => !onlyPolicy || p.policy === onlyPolicy,
+  );
+  const lines = ["| trace | policy | mode | blocks checked | bytes read back | mismatches | leaked | s |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"];
+  const tot = { blocks: 0, bytes: 0, bad: 0, leaked: 0 };
+  for (const f of files) {
+    const s = await readSnapshot(f);
+    const name = f.slice(dir.length + 1);
+    // every byte where it is cheap (the tiny snapshots); ends + seams where a run touches gigabytes
+    const mode = name.startsWith("small/") && !name.includes("train_") ? "full" : true;
+    for (const { name: policy, policy: pname, options } of policies) {
+      const inner = makeDriver();
+      const d = await readCounter(vmm, inner);
+      const t0 = performance.now();
+      const r = stitch.replay(s.events, { policy: pname, options, driver: d, settings: s.allocatorSettings, integrity: mode, recorder: null, onOom: "continue", pools: stitch.privatePoolTags(s.events, s.segments) });
+      const sec = (performance.now() - t0) / 1000;
+      const l = inner.leaks ? inner.leaks() : { reservations: 0, mappings: 0, liveBytes: 0 };
+      const leaked = l.reservations + l.mappings + (l.liveBytes > 0 ? 1 : 0);
+      inner.close();
+      tot.blocks += r.integrityChecked;
+      tot.bytes += d.bytesRead;
+      tot.bad += r.integrityErrors;
+      tot.leaked += leaked;
+      lines.push(`| ${name} | ${policy} | ${mode === "full" ? "full" : "ends+seams"} | ${r.integrityChecked} | ${d.bytesRead} | ${r.integrityErrors} | ${leaked} | ${sec.toFixed(1)} |`);
+      process.stderr.write(`  ${name} ${policy}: ${r.integrityChecked} blocks, ${r.integrityErrors} mismatches, ${sec.toFixed(1)} s\n`);
+    }
+  }
+  lines.push(`| **all** | | | **${tot.blocks}** | **${tot.bytes}** | **${tot.bad}** | **${tot.leaked}** | |`);
+  console.log(lines.join("\n"));
+  process.exitCode = tot.bad + tot.leaked > 0 ? 1 : 0;
 }
 
 async function main() {
@@ -259,7 +324,7 @@ async function main() {
     const i = args.indexOf(k);
     return i >= 0 ? args[i + 1] : d;
   };
-  const driverName = opt("--driver", "sim");
+  const driverName = opt("--driver", args.includes("--integrity") ? "host" : "sim");
   const perCall = Number(opt("--per-call", "12"));
   const onlyPolicy = opt("--policy", null);
   const onlyWorkload = opt("--workload", null);
@@ -278,15 +343,17 @@ async function main() {
       console.error(`skipping ${f}: ${e.message}`);
     }
   }
-  for (const seed of [1, 2, 3]) workloads.push({ name: `synthetic-${seed}`, log: syntheticLog(trace.EventLog, trace.EventKind, seed, 600) });
+  // gmlake stitches requests >= fragLimit (512 MiB by default): 2 MiB here, so faults land inside stitches
+  const options = { gmlake: { fragLimit: 2 * 2 ** 20 } };
+  for (const seed of [1, 2, 3]) workloads.push({ name: `synthetic-${seed}`, log: syntheticLog(trace.EventLog, trace.EventKind, seed, 600), options });
   // capacity-bound: the allocator's own release-and-retry paths run too
-  workloads.push({ name: "synthetic-1@1GiB", log: syntheticLog(trace.EventLog, trace.EventKind, 1, 600), capacity: 2 ** 30 });
+  workloads.push({ name: "synthetic-1@1GiB", log: syntheticLog(trace.EventLog, trace.EventKind, 1, 600), capacity: 2 ** 30, options });
   const chosen = workloads.filter((w) => !onlyWorkload || w.name.includes(onlyWorkload));
   const makeDriver =
     driverName === "sim"
       ? () => new vmm.SimDriver()
       : driverName === "host"
-        ? () => new vmm.HostDriver({ capacityBytes: 16 * 2 ** 30 })
+        ? () => new vmm.HostDriver({ capacityBytes: 143771 * 2 ** 20 })
         : () => {
             const d = vmm.createDriver("cuda");
             // cuda has no leaks(): count what memGetInfo says is still taken, against the start
@@ -294,6 +361,7 @@ async function main() {
             d.leaks = () => ({ reservations: 0, mappings: 0, liveBytes: Math.max(0, free0 - d.memGetInfo().freeBytes - 64 * 2 ** 20) });
             return d;
           };
+  if (args.includes("--integrity")) return integrityMain(args, opt, stitch, vmm, readSnapshot, shared, makeDriver);
   const api = { ...stitch, withFaults: vmm.withFaults, FAULT_CODES: vmm.FAULT_CODES, DRIVER_CALLS: vmm.DRIVER_CALLS };
   const calls = args.includes("--release-side") ? RELEASE_CALLS : ACQUIRE_CALLS;
   const t0 = performance.now();
@@ -311,7 +379,7 @@ async function main() {
   if (args.includes("--json")) console.log(JSON.stringify({ driver: driverName, perCall, seconds: s, ...res }, null, 1));
   else {
     console.log(`fault sweep: driver ${driverName}, ${chosen.length} workloads, up to ${perCall} ordinals per call kind and workload, ${s.toFixed(1)} s`);
-    console.log(formatRows(res.rows));
+    console.log(formatRows(res.rows, calls === RELEASE_CALLS));
     for (const f of res.failures.slice(0, 40)) console.log(`FAIL ${f.policy} ${f.workload} ${f.call}#${f.ordinal}: ${f.what}`);
     if (res.failures.length > 40) console.log(`... ${res.failures.length - 40} more failures`);
   }

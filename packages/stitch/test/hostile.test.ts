@@ -14,6 +14,9 @@ import { Allocator, listPolicies, replay, StitchError, type Block } from "../src
 
 const POLICIES = listPolicies().map((p) => p.name);
 const MiB = 1 << 20;
+/** FUZZ_RUNS scales the properties (scripts/fuzz-long.sh); FUZZ_SEED replays a failure. */
+const RUNS = process.env.FUZZ_RUNS === undefined ? null : Number(process.env.FUZZ_RUNS);
+const SEED = process.env.FUZZ_SEED === undefined ? null : Number(process.env.FUZZ_SEED);
 
 type Ev = [kind: EventKind, addr: number, size: number, stream?: number, device?: number];
 function log(events: Ev[], streams = [0]): EventLog {
@@ -160,7 +163,7 @@ describe("property: random request streams keep the books right (engine, every p
         const l = sim.leaks();
         return l.reservations === 0 && l.mappings === 0 && l.liveBytes === 0;
       }),
-      { numRuns: 800, seed: 42 },
+      { numRuns: RUNS ?? 800, seed: SEED ?? 42 },
     );
   });
 });
@@ -239,7 +242,7 @@ describe("property: hostile event streams through replay (every policy)", () => 
         if (bad) return false; // a malformed event went through unnoticed
         return r.unmatchedFrees === unmatched && r.ooms === 0 && r.events === l.length && r.peakReservedBytes >= r.peakLiveBytes;
       }),
-      { numRuns: 1500, seed: 7 },
+      { numRuns: RUNS ?? 1500, seed: SEED ?? 7 },
     );
   });
 });

@@ -6,7 +6,7 @@ import type { AllocatorContext } from "../context.js";
 import { isDriverOom, StitchError } from "../errors.js";
 import type { Policy, PolicyInstance } from "../policy.js";
 import { allocationSize, kSmallSize, roundSize } from "../rounding.js";
-import { CachingAllocator } from "./caching.js";
+import { CachingAllocator, pytorchKnobs } from "./caching.js";
 import { PSegment, SBlock, SState } from "./gmlake-blocks.js";
 
 const GiB = 2 ** 30;
@@ -119,12 +119,7 @@ export class GmlakeAllocator implements PolicyInstance {
     this.defragLevel = num("defragLevel", (v) => Number.isInteger(v) && v >= 0, "an integer >= 0");
     this.autoGcBytes = num("autoGC", (v) => v >= 0, "GiB >= 0") * GiB;
     this.reAlloc = num("reAlloc", (v) => v === 0 || v === 1, "0 or 1") > 0;
-    const s = ctx.settings;
-    const ms = o.maxSplitSize ?? s.maxSplitSize;
-    this.maxSplit = ms === null || ms < 0 ? Infinity : ms;
-    this.maxNonSplitRounding = o.maxNonSplitRounding ?? s.maxNonSplitRounding;
-    const rp2 = o.roundupPower2Divisions ?? s.roundupPower2Divisions;
-    this.rp2 = rp2.some((d) => d > 1) ? rp2 : null;
+    ({ maxSplit: this.maxSplit, maxNonSplitRounding: this.maxNonSplitRounding, rp2: this.rp2 } = pytorchKnobs(ctx.settings, o));
     this.small = new CachingAllocator(ctx, {
       maxSplitSize: o.maxSplitSize,
       maxNonSplitRounding: o.maxNonSplitRounding,
@@ -330,7 +325,13 @@ export class GmlakeAllocator implements PolicyInstance {
       }
     }
     const bytes = chunks.length * C;
-    const va = this.reserveWithGc(bytes, size);
+    let va: number;
+    try {
+      va = this.reserveWithGc(bytes, size);
+    } catch (e) {
+      for (const p of taken) this.mergeFree(p); // a driver error other than OOM: the pBlocks stay free, then it surfaces
+      throw e;
+    }
     if (va < 0) {
       for (const p of taken) this.mergeFree(p);
       return null;
@@ -423,7 +424,13 @@ export class GmlakeAllocator implements PolicyInstance {
     const nChunks = bytes / C;
     const chunks: Chunk[] = new Array<Chunk>(nChunks);
     for (let i = 0; i < nChunks; i++) {
-      const c = this.ctx.createChunk(C, true);
+      let c: Chunk | null;
+      try {
+        c = this.ctx.createChunk(C, true);
+      } catch (e) {
+        for (let j = i - 1; j >= 0; j--) this.ctx.releaseChunk(chunks[j]!); // not OOM: give back, then surface
+        throw e;
+      }
       if (c === null) {
         for (let j = i - 1; j >= 0; j--) this.ctx.releaseChunk(chunks[j]!);
         return null;
@@ -434,8 +441,8 @@ export class GmlakeAllocator implements PolicyInstance {
     try {
       va = this.ctx.reserve(bytes);
     } catch (e) {
-      if (!isDriverOom(e)) throw e;
       for (let j = nChunks - 1; j >= 0; j--) this.ctx.releaseChunk(chunks[j]!);
+      if (!isDriverOom(e)) throw e;
       return null;
     }
     try {

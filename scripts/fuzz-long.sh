@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# A long fuzz run: the property tests of the replayer/engine (stitch test/hostile.test.ts),
+# the CLI end to end (apps/cli test/fuzz.test.ts), the snapshot reader (torch-trace
+# test/fuzz.test.ts), then the full fault sweep and a random-fault soak.
+#
+#   bash scripts/fuzz-long.sh [CASES] [SEED]
+#
+# CASES: cases per property (default 20000; the CI run uses 800-2500). SEED: the
+# fast-check seed (default: the current time, printed, so a failure can be replayed with
+# the same CASES and SEED). Needs a build first: pnpm turbo run build --filter @gmlake/cli...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CASES="${1:-20000}"
+SEED="${2:-$(date +%s)}"
+export FUZZ_RUNS="$CASES" FUZZ_SEED="$SEED" FUZZ_SPAWNS="${FUZZ_SPAWNS:-64}"
+echo "fuzz-long: $CASES cases per property, seed $SEED, $(date -u +%FT%TZ), $(nproc) cores"
+t0=$(date +%s)
+# stitch: 2 properties x 4 policies; cli: 2 properties (+ FUZZ_SPAWNS spawned processes); reader: its own set
+(cd packages/stitch && pnpm vitest run test/hostile.test.ts --testTimeout=0)
+(cd apps/cli && pnpm vitest run test/fuzz.test.ts --testTimeout=0)
+if [ -f packages/torch-trace/test/fuzz.test.ts ]; then
+  (cd packages/torch-trace && pnpm vitest run test/fuzz.test.ts --testTimeout=0)
+fi
+# every policy x call site x up to 40 ordinals per workload (sim), then release-side faults
+(cd packages/stitch && node bench/fault-sweep.mjs --per-call 40)
+(cd packages/stitch && node bench/fault-sweep.mjs --per-call 12 --release-side)
+total=$((CASES * 8 + CASES * 2 + FUZZ_SPAWNS))
+echo "fuzz-long: done in $(( $(date +%s) - t0 )) s; stitch + cli cases: $total (seed $SEED); reader cases as its test printed"
