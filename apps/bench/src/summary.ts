@@ -25,6 +25,8 @@ export function markdownSummary(x: SummaryInput): string {
   }
   const out: string[] = [];
   out.push(`Date: ${x.date}  `, `Machine: ${x.machine}  `, `Command: \`${x.command}\``, "");
+  out.push(...headline(x, measured), "");
+  out.push("All runs:", "");
   out.push(
     "| trace | policy | driver | capacity | peak live GiB | peak reserved GiB | utilization | PyTorch default: reserved / util | PyTorch expandable: reserved / util | OOM | driver calls | driver ms | % of trace | 2nd-half calls | M events/s | integrity errors / checked | device used at peak GiB |",
     "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -39,4 +41,31 @@ export function markdownSummary(x: SummaryInput): string {
     );
   }
   return out.join("\n") + "\n";
+}
+
+/**
+ * The table to read first: per trace, each policy's peak reserved and utilization on the
+ * sim driver beside PyTorch's measured figures, and which policies fit a device of the
+ * capacity runs (e.g. 1.02 x peak live) without an out-of-memory.
+ */
+function headline(x: SummaryInput, measured: Map<string, { caching?: Recorded; expandable?: Recorded }>): string[] {
+  const policies = [...new Set(x.results.map((r) => r.policy))];
+  const traces = [...new Set(x.results.map((r) => r.trace))];
+  const capNote = x.results.find((r) => r.capacityNote)?.capacityNote ?? null;
+  const head = ["trace", "peak live GiB", "PyTorch default GiB / util", "PyTorch expandable GiB / util", ...policies.map((p) => `${p} GiB / util`)];
+  if (capNote) head.push(`no OOM at ${capNote}`);
+  const lines = [`| ${head.join(" | ")} |`, `| ${head.map((_, i) => (i === 0 ? "---" : "---:")).join(" | ")} |`];
+  const cell = (r?: { peakReservedBytes: number; utilization: number }) => (r ? `${gib(r.peakReservedBytes)} / ${r.utilization.toFixed(3)}` : "-");
+  for (const t of traces) {
+    const m = measured.get(workloadOf(t)) ?? {};
+    const sim = (p: string) => x.results.find((r) => r.trace === t && r.policy === p && r.driver === "sim" && r.capacityBytes === null && !r.error);
+    const live = sim(policies[0])?.peakLiveBytes ?? null;
+    const row = [t, gib(live), cell(m.caching), cell(m.expandable), ...policies.map((p) => cell(sim(p)))];
+    if (capNote) {
+      const fit = x.results.filter((r) => r.trace === t && r.capacityBytes !== null && !r.error && !r.oom).map((r) => r.policy);
+      row.push(fit.length ? fit.join(", ") : "none");
+    }
+    lines.push(`| ${row.join(" | ")} |`);
+  }
+  return lines;
 }
