@@ -8,6 +8,8 @@
 #   stitch   the stitch vitest suite (contract over sim, host and cuda; fidelity on the traces)
 #   binding  bench/binding-overhead.mjs host cuda (in-process C++ loop vs addon vs driver class)
 #   reader   torch-trace's bench/read-speed.mjs: the snapshot reader vs CPython's pickle on opt1b_generate
+#   memviz   PyTorch's own tooling (torch.cuda._memory_viz) reads our memory-viz exports of a vms
+#            and a gmlake replay: stats, trace, and the viewer's HTML pages (trace_plot, segment_plot)
 #   bench    apps/bench on the carried traces, drivers cuda,sim, capacity factor 1.02
 #   faults   packages/stitch/bench/fault-sweep.mjs --driver cuda (skipped if absent or no cuda)
 # Choose steps with STEPS=doctor,vmm,...; override a step's limit with T_<step>=seconds
@@ -26,9 +28,9 @@ work=${GMLAKE_RUN_DIR:-/tmp/gmlake-run}
 rm -rf "$work"
 mkdir -p "$work"
 
-declare -A limit=([doctor]=30 [vmm]=90 [misuse]=30 [stitch]=180 [binding]=90 [reader]=60 [bench]=240 [faults]=150)
+declare -A limit=([doctor]=30 [vmm]=90 [misuse]=30 [stitch]=180 [binding]=90 [reader]=60 [memviz]=60 [bench]=240 [faults]=150)
 total_limit=${TOTAL:-560}
-steps=${STEPS:-doctor,vmm,misuse,stitch,binding,reader,bench,faults}
+steps=${STEPS:-doctor,vmm,misuse,stitch,binding,reader,memviz,bench,faults}
 rows=()
 failed=0
 
@@ -108,6 +110,16 @@ main() {
   # shellcheck disable=SC2086
   step binding "$dest/packages/vmm" node bench/binding-overhead.mjs host cuda --json "$work/binding-overhead.json" ${BINDING_ARGS:-}
   step reader "$dest/packages/torch-trace" node bench/read-speed.mjs "$traces/opt1b_generate.pickle.gz"
+  step memviz "$dest" bash -c 'set -e
+    for p in vms gmlake; do
+      node apps/cli/dist/main.js replay "$0/small/train_default.pickle" -p $p --set fragLimit=2MiB --export memory-viz "$1/memviz-$p.pickle" 2>/dev/null ||
+        node apps/cli/dist/main.js replay "$0/small/train_default.pickle" -p $p --export memory-viz "$1/memviz-$p.pickle"
+      python3 -m torch.cuda._memory_viz stats "$1/memviz-$p.pickle" | head -30
+      python3 -m torch.cuda._memory_viz trace "$1/memviz-$p.pickle" | tail -5
+      python3 -m torch.cuda._memory_viz trace_plot "$1/memviz-$p.pickle" -o "$1/memviz-$p-trace.html"
+      python3 -m torch.cuda._memory_viz segment_plot "$1/memviz-$p.pickle" -o "$1/memviz-$p-segments.html"
+      ls -la "$1/memviz-$p-trace.html" "$1/memviz-$p-segments.html"
+    done' "$traces" "$work"
   # shellcheck disable=SC2086
   step bench "$dest" node apps/bench/dist/main.js --traces "$traces" --drivers cuda,sim --capacity-factor 1.02 \
     --out "$work/bench" ${BENCH_ARGS:-}
