@@ -1,4 +1,5 @@
 import type { VmmDriver } from "@gmlake/vmm";
+import { AddressIndex } from "./address-index.js";
 import type { Chunk } from "./chunk.js";
 import { ChunkPoolError } from "./errors.js";
 
@@ -30,8 +31,10 @@ export class ChunkPool {
   private readonly allowed: Set<number> | null;
   private readonly chunks: (Chunk | undefined)[] = [];
   private readonly freeIds: number[] = [];
-  /** Mapping start address -> chunk. */
-  private readonly byAddress = new Map<number, Chunk>();
+  /** Mapping start address -> chunk id (a typed-array hash table: no garbage per map). */
+  private readonly byAddress: AddressIndex;
+  /** The last size checkSize accepted: chunks come in one or two sizes, so most creates skip the check. */
+  private okSize = NaN;
   /** Sorted mapping starts, rebuilt lazily for range look-ups (only checkers use them). */
   private sortedStarts: number[] | null = null;
   private _liveChunks = 0;
@@ -44,6 +47,7 @@ export class ChunkPool {
     if (!(this.granularity > 0)) {
       throw new ChunkPoolError("BAD_SIZE", `driver ${driver.name} reports granularity ${this.granularity}`);
     }
+    this.byAddress = new AddressIndex(this.granularity);
     if (options.chunkSizes) {
       for (const s of options.chunkSizes) this.checkSize(s);
       this.allowed = new Set(options.chunkSizes);
@@ -78,15 +82,21 @@ export class ChunkPool {
 
   /** cuMemCreate one chunk of `size` bytes. Driver errors (out of memory) propagate as VmmError. */
   create(size: number): Chunk {
-    if (this.allowed ? !this.allowed.has(size) : true) {
+    if (this.allowed ? !this.allowed.has(size) : size !== this.okSize) {
       if (this.allowed) {
         throw new ChunkPoolError("BAD_SIZE", `chunk size ${size} is not one of ${[...this.allowed].join(", ")}`);
       }
       this.checkSize(size);
+      this.okSize = size;
     }
     const handle = this.driver.memCreate(size);
     const id = this.freeIds.length > 0 ? this.freeIds.pop()! : this.chunks.length;
-    const chunk: Chunk = { id, handle, size, mappings: [], live: true, tag: undefined };
+    // An empty `[]` gets a 17-slot store on its first push (~130 bytes per chunk, kept
+    // for the chunk's life); a one-slot double array emptied by pop() keeps its one
+    // slot, so the usual single mapping fits without growing (V8; elsewhere merely equal).
+    const mappings = [0.5];
+    mappings.pop();
+    const chunk: Chunk = { id, handle, size, mappings, live: true, tag: undefined };
     this.chunks[id] = chunk;
     this._liveChunks++;
     this._liveBytes += size;
@@ -115,7 +125,7 @@ export class ChunkPool {
     }
     this.driver.memMap(address, chunk.size, 0, chunk.handle);
     chunk.mappings.push(address);
-    this.byAddress.set(address, chunk);
+    this.byAddress.set(address, chunk.id);
     this._mappedBytes += chunk.size;
     this.sortedStarts = null;
   }
@@ -123,7 +133,8 @@ export class ChunkPool {
   /** cuMemUnmap the chunk's mapping at `address`. */
   unmap(chunk: Chunk, address: number): void {
     const i = chunk.mappings.indexOf(address);
-    if (i < 0 || this.byAddress.get(address) !== chunk) {
+    const id = this.byAddress.get(address);
+    if (i < 0 || id < 0 || this.chunks[id] !== chunk) {
       throw new ChunkPoolError("NOT_MAPPED", `chunk ${chunk.id} is not mapped at 0x${address.toString(16)}`);
     }
     this.driver.memUnmap(address, chunk.size);
@@ -162,14 +173,15 @@ export class ChunkPool {
 
   /** The chunk mapped at exactly `address`, if any. */
   chunkMappedAt(address: number): Chunk | undefined {
-    return this.byAddress.get(address);
+    const id = this.byAddress.get(address);
+    return id < 0 ? undefined : this.chunks[id];
   }
 
   /** Which chunk (and offset) backs virtual `address`, or null when nothing maps it. */
   translate(address: number): Translation | null {
     let starts = this.sortedStarts;
     if (starts === null) {
-      starts = [...this.byAddress.keys()].sort((a, b) => a - b);
+      starts = this.byAddress.addresses().sort((a, b) => a - b);
       this.sortedStarts = starts;
     }
     let lo = 0;
@@ -181,7 +193,7 @@ export class ChunkPool {
     }
     if (lo === 0) return null;
     const base = starts[lo - 1]!;
-    const chunk = this.byAddress.get(base)!;
+    const chunk = this.chunks[this.byAddress.get(base)]!;
     const offset = address - base;
     return offset < chunk.size ? { chunk, offset, base } : null;
   }

@@ -32,8 +32,13 @@ export class PhysicalRecord {
   constructor(
     readonly id: number,
     readonly size: number,
-    /** What the driver keeps for it (host: the native handle; sim: its page store). */
-    readonly payload: unknown,
+    /** What the driver keeps for it (host: the native handle; sim: its page store, made on first write). */
+    public payload: unknown,
+    /**
+     * The driver that made it, when the record is itself the handle given out (the sim:
+     * one object per handle, no side table); 0 otherwise.
+     */
+    readonly owner = 0,
   ) {}
   /** Memory goes back once released and no longer mapped (as in CUDA). */
   get freed(): boolean {
@@ -41,12 +46,21 @@ export class PhysicalRecord {
   }
 }
 
+/**
+ * A virtual range and its mappings, in parallel arrays sorted by start. The live mappings
+ * are the indices [head, mapStart.length): unmapping a run chunk by chunk from the left
+ * (how stitched ranges are torn down) only advances `head`, where removing index 0 would
+ * move every later entry each time; the dead prefix is cut off once it is half the arrays.
+ */
 export class Reservation {
   readonly mapStart: number[] = [];
   readonly mapEnd: number[] = [];
   readonly mapOffset: number[] = [];
-  readonly mapRecord: PhysicalRecord[] = [];
+  /** Entries before `head` are dead and may be null. */
+  readonly mapRecord: (PhysicalRecord | null)[] = [];
   readonly mapAccess: boolean[] = [];
+  /** First live mapping. */
+  head = 0;
   constructor(
     readonly start: number,
     readonly end: number,
@@ -56,12 +70,18 @@ export class Reservation {
   get size(): number {
     return this.end - this.start;
   }
-  /** Index of the last mapping starting at or before `address`, or -1. */
+  /** Live mappings. */
+  get count(): number {
+    return this.mapStart.length - this.head;
+  }
+  /** Index of the last live mapping starting at or before `address`, or head - 1. */
   floor(address: number): number {
     const s = this.mapStart;
-    let lo = 0;
+    let lo = this.head;
     let hi = s.length - 1;
-    let found = -1;
+    // A run is mapped left to right: the answer is usually the last mapping (no search).
+    if (hi >= lo && s[hi]! <= address) return hi;
+    let found = lo - 1;
     while (lo <= hi) {
       const mid = (lo + hi) >>> 1;
       if (s[mid]! <= address) {
@@ -72,6 +92,11 @@ export class Reservation {
     return found;
   }
 }
+
+/** Error-message arguments, formatted only when a call fails (no closure per call). */
+const rangeArgs = (address: number, size: number): string => `ptr=${hex(address)}, size=${size}`;
+const mapArgs = (address: number, size: number, offset: number, record: PhysicalRecord): string =>
+  `ptr=${hex(address)}, size=${size}, offset=${offset}, handle #${record.id}`;
 
 /** Called for each piece of a data access: `length` bytes at `handleOffset` in `record`, `bufferOffset` into the caller's bytes. */
 export type SegmentVisitor = (record: PhysicalRecord, handleOffset: number, length: number, bufferOffset: number) => void;
@@ -95,7 +120,7 @@ export class AddressSpace {
   /** Mappings across all reservations (allocations excluded). */
   get mappingCount(): number {
     let n = 0;
-    for (const r of this.reservations) if (!r.isAlloc) n += r.mapStart.length;
+    for (const r of this.reservations) if (!r.isAlloc) n += r.count;
     return n;
   }
 
@@ -151,17 +176,33 @@ export class AddressSpace {
 
   /** The reservation holding every byte of [address, address+size), if one does. */
   containing(address: number, size: number): Reservation | undefined {
+    // A stitch maps, sets access and unmaps chunk after chunk in one reservation: try the
+    // last one found before searching (reservations never overlap, so it is the answer).
+    const last = this.lastFound;
+    if (last !== null && address >= last.start && address + size <= last.end) return last;
     const i = this.indexOfStart(address + 1) - 1;
     if (i < 0) return undefined;
     const r = this.reservations[i]!;
-    return address >= r.start && address + size <= r.end ? r : undefined;
+    if (address >= r.start && address + size <= r.end) {
+      this.lastFound = r;
+      return r;
+    }
+    return undefined;
   }
+  /** containing()'s last answer; cleared when that reservation goes. */
+  private lastFound: Reservation | null = null;
 
   addReservation(start: number, size: number, isAlloc: boolean): Reservation {
     const r = new Reservation(start, start + size, isAlloc);
     const i = this.indexOfStart(start);
-    this.starts.splice(i, 0, start);
-    this.reservations.splice(i, 0, r);
+    if (i === this.starts.length) {
+      // The sim places reservations at increasing addresses: append (splice allocates its result).
+      this.starts.push(start);
+      this.reservations.push(r);
+    } else {
+      this.starts.splice(i, 0, start);
+      this.reservations.splice(i, 0, r);
+    }
     return r;
   }
 
@@ -173,21 +214,31 @@ export class AddressSpace {
 
   /** Checks a cuMemAddressFree and removes the reservation. */
   freeReservation(call: string, address: number, size: number): Reservation {
-    const args = () => `ptr=${hex(address)}, size=${size}`;
     const r = this.at(address);
-    if (!r || r.isAlloc) throw vmmError(INVALID_VALUE, call, args, "no reservation starts at this address");
-    if (r.size !== size) throw vmmError(INVALID_VALUE, call, args, `the reservation is ${r.size} bytes`);
-    if (r.mapStart.length > 0) {
-      throw vmmError(MISUSE_CODES.freeWithMappings, call, args, `${r.mapStart.length} mapping(s) still live in the reservation`);
+    if (!r || r.isAlloc) throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), "no reservation starts at this address");
+    if (r.size !== size) throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), `the reservation is ${r.size} bytes`);
+    if (r.count > 0) {
+      throw vmmError(
+        MISUSE_CODES.freeWithMappings,
+        call,
+        rangeArgs(address, size),
+        `${r.count} mapping(s) still live in the reservation`,
+      );
     }
     this.removeReservation(r);
     return r;
   }
 
   removeReservation(r: Reservation): void {
+    if (r === this.lastFound) this.lastFound = null;
     const i = this.indexOfStart(r.start);
-    this.starts.splice(i, 1);
-    this.reservations.splice(i, 1);
+    if (i === this.starts.length - 1) {
+      this.starts.pop();
+      this.reservations.pop();
+    } else {
+      this.starts.splice(i, 1);
+      this.reservations.splice(i, 1);
+    }
   }
 
   /** First gap of `size` bytes aligned to `alignment` in [base, limit), or -1: the sim's VA allocator. */
@@ -207,24 +258,28 @@ export class AddressSpace {
 
   /** Checks a cuMemMap and records it. */
   map(call: string, address: number, size: number, offset: number, record: PhysicalRecord): void {
-    const args = () => `ptr=${hex(address)}, size=${size}, offset=${offset}, handle #${record.id}`;
     const g = this.granularity;
-    if (size === 0) throw vmmError(INVALID_VALUE, call, args, "size is 0");
-    if (record.released) throw vmmError(INVALID_VALUE, call, args, "handle was released");
+    if (size === 0) throw vmmError(INVALID_VALUE, call, mapArgs(address, size, offset, record), "size is 0");
+    if (record.released) throw vmmError(INVALID_VALUE, call, mapArgs(address, size, offset, record), "handle was released");
     // CUDA 13 on an H200 refuses partial maps before anything else (even an unaligned size).
     if (offset !== 0 || size !== record.size) {
-      throw vmmError(MISUSE_CODES.partialMap, call, args, `only whole handles map: offset 0 and size ${record.size}`);
+      const why = `only whole handles map: offset 0 and size ${record.size}`;
+      throw vmmError(MISUSE_CODES.partialMap, call, mapArgs(address, size, offset, record), why);
     }
     if (address % g !== 0) {
-      throw vmmError(INVALID_VALUE, call, args, `ptr must be a multiple of the granularity ${g}`);
+      const why = `ptr must be a multiple of the granularity ${g}`;
+      throw vmmError(INVALID_VALUE, call, mapArgs(address, size, offset, record), why);
     }
     const r = this.containing(address, size);
-    if (!r || r.isAlloc) throw vmmError(INVALID_VALUE, call, args, "the range is not inside one reservation");
+    if (!r || r.isAlloc) {
+      throw vmmError(INVALID_VALUE, call, mapArgs(address, size, offset, record), "the range is not inside one reservation");
+    }
     const k = r.floor(address);
-    const overlapsBefore = k >= 0 && r.mapEnd[k]! > address;
+    const overlapsBefore = k >= r.head && r.mapEnd[k]! > address;
     const overlapsAfter = k + 1 < r.mapStart.length && r.mapStart[k + 1]! < address + size;
     if (overlapsBefore || overlapsAfter) {
-      throw vmmError(MISUSE_CODES.mapOverMapped, call, args, "part of the range is already mapped");
+      const why = "part of the range is already mapped";
+      throw vmmError(MISUSE_CODES.mapOverMapped, call, mapArgs(address, size, offset, record), why);
     }
     const at = k + 1;
     if (at === r.mapStart.length) {
@@ -244,36 +299,44 @@ export class AddressSpace {
     record.mapCount++;
   }
 
+  /** Set by tiling(): the mappings [tileFirst, tileLast] of the last range it checked (no result object per call). */
+  private tileFirst = 0;
+  private tileLast = 0;
+
   /**
-   * The mappings [first, last] that exactly tile [address, address+size) with no gap, or
-   * a VmmError naming the first byte that breaks the rule.
+   * The reservation whose mappings [tileFirst, tileLast] exactly tile [address,
+   * address+size) with no gap, or a VmmError naming the first byte that breaks the rule.
    */
-  private tiling(call: string, args: () => string, address: number, size: number): { r: Reservation; first: number; last: number } {
+  private tiling(call: string, address: number, size: number): Reservation {
     const g = this.granularity;
-    if (size === 0) throw vmmError(INVALID_VALUE, call, args, "size is 0");
+    if (size === 0) throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), "size is 0");
     if (address % g !== 0 || size % g !== 0) {
-      throw vmmError(INVALID_VALUE, call, args, `ptr and size must be multiples of the granularity ${g}`);
+      throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), `ptr and size must be multiples of the granularity ${g}`);
     }
     const r = this.containing(address, size);
-    if (!r || r.isAlloc) throw vmmError(INVALID_VALUE, call, args, "the range is not inside one reservation");
+    if (!r || r.isAlloc) throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), "the range is not inside one reservation");
     const first = r.floor(address);
-    if (first < 0 || r.mapEnd[first]! <= address) throw vmmError(INVALID_VALUE, call, args, `${hex(address)} is not mapped`);
+    if (first < r.head || r.mapEnd[first]! <= address) {
+      throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), `${hex(address)} is not mapped`);
+    }
     if (r.mapStart[first] !== address) {
-      throw vmmError(INVALID_VALUE, call, args, "the range starts inside a mapping");
+      throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), "the range starts inside a mapping");
     }
     const end = address + size;
     let last = first;
     while (r.mapEnd[last]! < end) {
       const next = last + 1;
       if (next >= r.mapStart.length || r.mapStart[next] !== r.mapEnd[last]) {
-        throw vmmError(INVALID_VALUE, call, args, `${hex(r.mapEnd[last]!)} is not mapped`);
+        throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), `${hex(r.mapEnd[last]!)} is not mapped`);
       }
       last = next;
     }
     if (r.mapEnd[last] !== end) {
-      throw vmmError(INVALID_VALUE, call, args, "the range ends inside a mapping");
+      throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), "the range ends inside a mapping");
     }
-    return { r, first, last };
+    this.tileFirst = first;
+    this.tileLast = last;
+    return r;
   }
 
   /**
@@ -282,6 +345,7 @@ export class AddressSpace {
    * accepts unmapping a gap); with `strict`, every byte must be (a bug finder for callers).
    * `onRemoved` sees each mapping removed (its record and size) before the record's memory
    * is refunded, if it was released and this was its last mapping. Returns the count removed.
+   * Hot: pass a callback made once, not a new closure per call.
    */
   unmap(
     call: string,
@@ -290,41 +354,65 @@ export class AddressSpace {
     strict = false,
     onRemoved?: (record: PhysicalRecord, bytes: number) => void,
   ): number {
-    const args = () => `ptr=${hex(address)}, size=${size}`;
     const g = this.granularity;
-    if (size === 0) throw vmmError(INVALID_VALUE, call, args, "size is 0");
+    if (size === 0) throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), "size is 0");
     if (address % g !== 0 || size % g !== 0) {
-      throw vmmError(INVALID_VALUE, call, args, `ptr and size must be multiples of the granularity ${g}`);
+      throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), `ptr and size must be multiples of the granularity ${g}`);
     }
     const r = this.containing(address, size);
-    if (!r || r.isAlloc) throw vmmError(INVALID_VALUE, call, args, "the range is not inside one reservation");
-    if (strict) this.tiling(call, args, address, size);
+    if (!r || r.isAlloc) throw vmmError(INVALID_VALUE, call, rangeArgs(address, size), "the range is not inside one reservation");
+    if (strict) this.tiling(call, address, size);
     const end = address + size;
     let first = r.floor(address);
-    if (first >= 0 && r.mapEnd[first]! > address && r.mapStart[first]! < address) {
-      throw vmmError(MISUSE_CODES.unmapPartial, call, args, "the range starts inside a mapping (a mapping is unmapped whole)");
+    if (first >= r.head && r.mapEnd[first]! > address && r.mapStart[first]! < address) {
+      throw vmmError(
+        MISUSE_CODES.unmapPartial,
+        call,
+        rangeArgs(address, size),
+        "the range starts inside a mapping (a mapping is unmapped whole)",
+      );
     }
-    if (first < 0 || r.mapEnd[first]! <= address) first++;
+    if (first < r.head || r.mapEnd[first]! <= address) first++;
     let last = first - 1;
     while (last + 1 < r.mapStart.length && r.mapStart[last + 1]! < end) last++;
     if (last >= first && r.mapEnd[last]! > end) {
-      throw vmmError(MISUSE_CODES.unmapPartial, call, args, "the range ends inside a mapping (a mapping is unmapped whole)");
+      throw vmmError(
+        MISUSE_CODES.unmapPartial,
+        call,
+        rangeArgs(address, size),
+        "the range ends inside a mapping (a mapping is unmapped whole)",
+      );
     }
     const n = last - first + 1;
     if (n <= 0) return 0;
     for (let i = first; i <= last; i++) {
       const rec = r.mapRecord[i]!;
-      onRemoved?.(rec, r.mapEnd[i]! - r.mapStart[i]!);
+      if (onRemoved !== undefined) onRemoved(rec, r.mapEnd[i]! - r.mapStart[i]!);
       rec.mapCount--;
       if (rec.freed) this.refund(rec.size);
     }
     if (last === r.mapStart.length - 1) {
       // Removing the tail (often the whole reservation): truncate, no garbage.
-      r.mapStart.length = first;
-      r.mapEnd.length = first;
-      r.mapOffset.length = first;
-      r.mapRecord.length = first;
-      r.mapAccess.length = first;
+      const keep = first === r.head ? 0 : first;
+      if (keep === 0) r.head = 0;
+      r.mapStart.length = keep;
+      r.mapEnd.length = keep;
+      r.mapOffset.length = keep;
+      r.mapRecord.length = keep;
+      r.mapAccess.length = keep;
+    } else if (first === r.head) {
+      // Removing from the front (a run unmapped left to right): advance head.
+      for (let i = first; i <= last; i++) r.mapRecord[i] = null; // let released records go
+      r.head = last + 1;
+      if (r.head >= 32 && r.head * 2 >= r.mapStart.length) {
+        const dead = r.head;
+        r.mapStart.splice(0, dead);
+        r.mapEnd.splice(0, dead);
+        r.mapOffset.splice(0, dead);
+        r.mapRecord.splice(0, dead);
+        r.mapAccess.splice(0, dead);
+        r.head = 0;
+      }
     } else {
       r.mapStart.splice(first, n);
       r.mapEnd.splice(first, n);
@@ -340,17 +428,19 @@ export class AddressSpace {
    * sees each mapping's size (the sim charges per mapping). Returns the mapping count.
    */
   setAccess(call: string, address: number, size: number, perMapping?: (bytes: number) => void): number {
-    const { r, first, last } = this.tiling(call, () => `ptr=${hex(address)}, size=${size}`, address, size);
+    const r = this.tiling(call, address, size);
+    const first = this.tileFirst;
+    const last = this.tileLast;
     for (let i = first; i <= last; i++) {
       r.mapAccess[i] = true;
-      perMapping?.(r.mapEnd[i]! - r.mapStart[i]!);
+      if (perMapping !== undefined) perMapping(r.mapEnd[i]! - r.mapStart[i]!);
     }
     return last - first + 1;
   }
 
   /** Walks the accessible pieces of [address, address+size) for a read/write/memset, or throws. */
   access(call: string, address: number, size: number, visit: SegmentVisitor): void {
-    const args = () => `ptr=${hex(address)}, size=${size}`;
+    const args = (): string => rangeArgs(address, size);
     if (size === 0) return;
     const r = this.containing(address, size);
     if (!r) throw vmmError(INVALID_VALUE, call, args, "the range is not inside one reservation or allocation");
@@ -358,7 +448,7 @@ export class AddressSpace {
     let i = r.floor(address);
     let cursor = address;
     while (cursor < end) {
-      if (i < 0 || i >= r.mapStart.length || r.mapStart[i]! > cursor || r.mapEnd[i]! <= cursor) {
+      if (i < r.head || i >= r.mapStart.length || r.mapStart[i]! > cursor || r.mapEnd[i]! <= cursor) {
         throw vmmError(INVALID_VALUE, call, args, `${hex(cursor)} is not mapped`);
       }
       if (!r.mapAccess[i]) throw vmmError(INVALID_VALUE, call, args, `${hex(cursor)} is mapped without access (cuMemSetAccess)`);

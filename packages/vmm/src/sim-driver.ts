@@ -4,15 +4,45 @@
  * the H200's 143771 MiB), and a cost model (cost-model.ts) so every run reports a
  * modelled driver time in stats().timeUs. Data written is kept in a sparse per-handle
  * PageStore, so aliasing and stitching can be checked byte for byte; unwritten bytes read as 0.
+ *
+ * Replays make tens of thousands of handles, so a handle costs one object: the
+ * PhysicalRecord itself is the handle (stamped with this driver's serial, no side table),
+ * and its PageStore is made only when the handle's memory is first written.
  */
 import { AddressSpace, PhysicalRecord } from "./address-space.js";
-import { type CostTable, curveUs, withCosts } from "./cost-model.js";
+import { type CostTable, type SizeCurve, curveUs, withCosts } from "./cost-model.js";
 import type { DeviceInfo, MemInfo, PhysicalHandle } from "./driver.js";
 import { MeteredDriver } from "./metered-driver.js";
 import { PageStore } from "./page-store.js";
 import { INVALID_VALUE, OUT_OF_MEMORY, checkBytes, vmmError } from "./vmm-error.js";
 
 const MiB = 1024 * 1024;
+
+/** Driver serials: a handle carries its driver's, so another driver's handle is refused. */
+let nextSerial = 1;
+
+/**
+ * A cost curve with its first point held as two numbers: most calls are for one granule
+ * (at or below the first measured size) and are answered inline, without a call into
+ * curveUs whose double result would be boxed. Always the same answer as curveUs.
+ */
+class CostCurve {
+  private readonly firstBytes: number;
+  private readonly firstUs: number;
+  constructor(private readonly curve: SizeCurve) {
+    // curveUs: the first point's cost for any size up to it; 0 for an empty curve.
+    this.firstBytes = curve.length > 0 ? curve[0]![0] : -Infinity;
+    this.firstUs = curve.length > 0 ? curve[0]![1] : 0;
+  }
+  us(bytes: number): number {
+    return bytes <= this.firstBytes ? this.firstUs : curveUs(this.curve, bytes);
+  }
+}
+
+/** The handle's page store, made on first write (a handle never written reads as zeros). */
+function pagesOf(rec: PhysicalRecord): PageStore {
+  return (rec.payload ??= new PageStore()) as PageStore;
+}
 
 /** The sim's virtual addresses: [2^44, 2^47), like a 47-bit device address space. */
 export const SIM_VA_BASE = 2 ** 44;
@@ -36,13 +66,21 @@ export class SimDriver extends MeteredDriver {
   readonly costs: CostTable;
   /** The bookkeeping (reservations, mappings, live bytes): read it, don't change it. */
   readonly space: AddressSpace;
-  private readonly handles = new WeakMap<object, PhysicalRecord>();
+  /** Stamped on every handle this driver makes (PhysicalRecord.owner). */
+  private readonly serial = nextSerial++;
   private nextId = 1;
   /** Next never-used virtual address: reservations are placed here while it fits, so runs are reproducible. */
   private vaNext = SIM_VA_BASE;
   /** Cost of the call in flight, set by the do* methods (modelled time, see clockElapsedUs). */
   private costUs = 0;
   private readonly strictUnmap: boolean;
+  private readonly createCost: CostCurve;
+  private readonly releaseCost: CostCurve;
+  private readonly mapCost: CostCurve;
+  private readonly unmapCost: CostCurve;
+  private readonly accessCost: CostCurve;
+  private readonly allocCost: CostCurve;
+  private readonly freeCost: CostCurve;
 
   constructor(options: SimDriverOptions = {}) {
     super();
@@ -53,6 +91,13 @@ export class SimDriver extends MeteredDriver {
       throw vmmError(INVALID_VALUE, "SimDriver", `granularity=${granularity}`, "granularity must be a positive integer");
     }
     this.costs = withCosts(options.costs);
+    this.createCost = new CostCurve(this.costs.memCreate);
+    this.releaseCost = new CostCurve(this.costs.memRelease);
+    this.mapCost = new CostCurve(this.costs.memMap);
+    this.unmapCost = new CostCurve(this.costs.memUnmap);
+    this.accessCost = new CostCurve(this.costs.memSetAccess);
+    this.allocCost = new CostCurve(this.costs.memAlloc);
+    this.freeCost = new CostCurve(this.costs.memFree);
     this.space = new AddressSpace(granularity, capacity);
     this.device = Object.freeze({
       ordinal: 0,
@@ -71,10 +116,10 @@ export class SimDriver extends MeteredDriver {
     return this.costUs;
   }
 
+  /** The handle is its record: accept it only if this driver made it. */
   private record(call: string, handle: PhysicalHandle): PhysicalRecord {
-    const rec = typeof handle === "object" && handle !== null ? this.handles.get(handle) : undefined;
-    if (!rec) throw new TypeError(`${call}: expected a physical handle from this SimDriver's memCreate`);
-    return rec;
+    if (handle instanceof PhysicalRecord && handle.owner === this.serial) return handle;
+    throw new TypeError(`${call}: expected a physical handle from this SimDriver's memCreate`);
   }
 
   protected doMemCreate(size: number): PhysicalHandle {
@@ -82,23 +127,21 @@ export class SimDriver extends MeteredDriver {
     if (size === 0) throw vmmError(INVALID_VALUE, "cuMemCreate", "size=0", "size is 0");
     this.space.checkAligned("cuMemCreate", "size", size);
     this.space.charge("cuMemCreate", size);
-    const rec = new PhysicalRecord(this.nextId++, size, new PageStore());
-    const handle: PhysicalHandle = Object.freeze({ id: rec.id, size });
-    this.handles.set(handle, rec);
-    this.costUs = curveUs(this.costs.memCreate, size);
-    return handle;
+    const rec = new PhysicalRecord(this.nextId++, size, null, this.serial);
+    this.costUs = this.createCost.us(size);
+    return rec;
   }
 
   protected doMemRelease(handle: PhysicalHandle): void {
     const rec = this.record("cuMemRelease", handle);
     this.space.release("cuMemRelease", rec);
-    this.costUs = curveUs(this.costs.memRelease, rec.size);
+    this.costUs = this.releaseCost.us(rec.size);
   }
 
   protected doMemAddressReserve(size: number, alignment: number): number {
     checkBytes("cuMemAddressReserve", "size", size);
     checkBytes("cuMemAddressReserve", "alignment", alignment);
-    const args = () => `size=${size}, alignment=${alignment}`;
+    const args = (): string => `size=${size}, alignment=${alignment}`; // formatted only on failure (a rare call)
     if (size === 0) throw vmmError(INVALID_VALUE, "cuMemAddressReserve", args, "size is 0");
     this.space.checkAligned("cuMemAddressReserve", "size", size);
     const align = Math.max(alignment, this.space.granularity);
@@ -136,30 +179,31 @@ export class SimDriver extends MeteredDriver {
     checkBytes("cuMemMap", "size", size);
     checkBytes("cuMemMap", "offset", offset);
     this.space.map("cuMemMap", address, size, offset, this.record("cuMemMap", handle));
-    this.costUs = curveUs(this.costs.memMap, size);
+    this.costUs = this.mapCost.us(size);
   }
+
+  // Per-mapping cost callbacks, made once (a closure per call would be garbage per call).
+  private readonly chargeUnmapped = (_rec: PhysicalRecord, bytes: number): void => {
+    this.costUs += this.unmapCost.us(bytes);
+  };
+  private readonly chargeAccess = (bytes: number): void => {
+    this.costUs += this.accessCost.us(bytes);
+  };
 
   protected doMemUnmap(address: number, size: number): void {
     checkBytes("cuMemUnmap", "ptr", address);
     checkBytes("cuMemUnmap", "size", size);
-    let cost = 0;
-    const curve = this.costs.memUnmap;
-    const n = this.space.unmap("cuMemUnmap", address, size, this.strictUnmap, (_rec, bytes) => {
-      cost += curveUs(curve, bytes);
-    });
+    this.costUs = 0;
+    const n = this.space.unmap("cuMemUnmap", address, size, this.strictUnmap, this.chargeUnmapped);
     // A range with nothing mapped still costs one call.
-    this.costUs = n > 0 ? cost : curveUs(curve, size);
+    if (n === 0) this.costUs = this.unmapCost.us(size);
   }
 
   protected doMemSetAccess(address: number, size: number): void {
     checkBytes("cuMemSetAccess", "ptr", address);
     checkBytes("cuMemSetAccess", "size", size);
-    let cost = 0;
-    const curve = this.costs.memSetAccess;
-    this.space.setAccess("cuMemSetAccess", address, size, (bytes) => {
-      cost += curveUs(curve, bytes);
-    });
-    this.costUs = cost;
+    this.costUs = 0;
+    this.space.setAccess("cuMemSetAccess", address, size, this.chargeAccess);
   }
 
   protected doMemGetInfo(): MemInfo {
@@ -179,34 +223,38 @@ export class SimDriver extends MeteredDriver {
       this.space.refund(bytes);
       throw vmmError(OUT_OF_MEMORY, "cuMemAlloc", `size=${size}`, "no free virtual range that large");
     }
-    this.space.addAllocation(address, new PhysicalRecord(0, bytes, new PageStore()));
-    this.costUs = curveUs(this.costs.memAlloc, bytes);
+    this.space.addAllocation(address, new PhysicalRecord(0, bytes, null));
+    this.costUs = this.allocCost.us(bytes);
     return address;
   }
 
   protected doMemFree(address: number): void {
     checkBytes("cuMemFree", "ptr", address);
     const rec = this.space.freeAllocation("cuMemFree", address);
-    this.costUs = curveUs(this.costs.memFree, rec.size);
+    this.costUs = this.freeCost.us(rec.size);
   }
 
   memset(address: number, value: number, size: number): void {
     checkBytes("cuMemsetD8", "ptr", address);
     checkBytes("cuMemsetD8", "size", size);
     const v = value & 0xff;
-    this.space.access("cuMemsetD8", address, size, (rec, off, len) => (rec.payload as PageStore).fill(off, v, len));
+    this.space.access("cuMemsetD8", address, size, (rec, off, len) => {
+      // Zeros over a never-written handle change nothing: keep it storeless.
+      if (v !== 0 || rec.payload !== null) pagesOf(rec).fill(off, v, len);
+    });
   }
   write(address: number, data: Uint8Array): void {
     checkBytes("cuMemcpyHtoD", "ptr", address);
-    this.space.access("cuMemcpyHtoD", address, data.byteLength, (rec, off, len, at) =>
-      (rec.payload as PageStore).write(off, data, at, len),
-    );
+    this.space.access("cuMemcpyHtoD", address, data.byteLength, (rec, off, len, at) => pagesOf(rec).write(off, data, at, len));
   }
   read(address: number, size: number): Uint8Array {
     checkBytes("cuMemcpyDtoH", "ptr", address);
     checkBytes("cuMemcpyDtoH", "size", size);
     const out = new Uint8Array(size);
-    this.space.access("cuMemcpyDtoH", address, size, (rec, off, len, at) => (rec.payload as PageStore).read(off, out, at, len));
+    // `out` starts as zeros: a handle never written has nothing to copy.
+    this.space.access("cuMemcpyDtoH", address, size, (rec, off, len, at) => {
+      if (rec.payload !== null) (rec.payload as PageStore).read(off, out, at, len);
+    });
     return out;
   }
 
