@@ -170,20 +170,7 @@ export class BlockPool {
     const bk = this.buckets[k]!;
     const i = bk.lower(b.stream, b.size, b.addr);
     if (i >= bk.n || bk.bl[i] !== b) return false;
-    this._size--;
-    const n = bk.n - 1;
-    if (n === 0) {
-      this.buckets.splice(k, 1);
-      bk.bl[0] = null;
-      bk.n = 0;
-      this.spare = bk;
-      this.rebuildMaxes();
-      return true;
-    }
-    if (i < n) BlockPool.shiftDown(bk, i, n);
-    bk.bl[n] = null;
-    bk.n = n;
-    if (i === n) this.setMax(k);
+    this.removeAt(k, i);
     return true;
   }
 
@@ -193,6 +180,13 @@ export class BlockPool {
     const bk = this.buckets[k]!;
     const i = this.ci;
     const b = bk.bl[i]!;
+    this.removeAt(k, i);
+    return b;
+  }
+
+  /** Removes entry i of bucket k; an emptied bucket is dropped (and kept as the spare). */
+  private removeAt(k: number, i: number): void {
+    const bk = this.buckets[k]!;
     this._size--;
     const n = bk.n - 1;
     if (n === 0) {
@@ -201,13 +195,12 @@ export class BlockPool {
       bk.n = 0;
       this.spare = bk;
       this.rebuildMaxes();
-      return b;
+      return;
     }
     if (i < n) BlockPool.shiftDown(bk, i, n);
     bk.bl[n] = null;
     bk.n = n;
     if (i === n) this.setMax(k);
-    return b;
   }
 
   /** Close the gap at i in a bucket that will hold n entries. */
