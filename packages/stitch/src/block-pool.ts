@@ -50,8 +50,8 @@ export class BlockPool {
   private mSz = new Float64Array(16);
   private mAd = new Float64Array(16);
   private _size = 0;
-  /** An emptied bucket kept for reuse: pools often go empty and back (no allocation churn). */
-  private spare: Bucket | null = null;
+  /** Emptied buckets kept for reuse: a bucket is four allocations (three off-heap typed arrays), and pools split and drain buckets all the time. */
+  private spares: Bucket[] = [];
   /** Cursor of the last seek()/advance(). */
   private cb = 0;
   private ci = 0;
@@ -93,22 +93,41 @@ export class BlockPool {
   }
 
   private newBucket(): Bucket {
-    const b = this.spare;
-    if (b === null) return new Bucket();
-    this.spare = null;
-    return b;
+    return this.spares.pop() ?? new Bucket();
   }
 
-  /** Rebuild the bucket-max arrays after buckets were added or removed (rare). */
-  private rebuildMaxes(): void {
+  /** Bucket k+1 was just inserted: open its slot in the max arrays (a shift, not a rebuild of every max). */
+  private insertMax(k: number): void {
     const n = this.buckets.length;
     if (this.mSt.length < n) {
       const c = Math.max(n, this.mSt.length * 2);
-      this.mSt = new Float64Array(c);
-      this.mSz = new Float64Array(c);
-      this.mAd = new Float64Array(c);
+      const st = new Float64Array(c);
+      const sz = new Float64Array(c);
+      const ad = new Float64Array(c);
+      st.set(this.mSt);
+      sz.set(this.mSz);
+      ad.set(this.mAd);
+      this.mSt = st;
+      this.mSz = sz;
+      this.mAd = ad;
     }
-    for (let k = 0; k < n; k++) this.setMax(k);
+    if (k + 2 < n) {
+      this.mSt.copyWithin(k + 2, k + 1, n - 1);
+      this.mSz.copyWithin(k + 2, k + 1, n - 1);
+      this.mAd.copyWithin(k + 2, k + 1, n - 1);
+    }
+    this.setMax(k);
+    this.setMax(k + 1);
+  }
+
+  /** Bucket k was just removed: close its slot in the max arrays. */
+  private removeMax(k: number): void {
+    const n = this.buckets.length;
+    if (k < n) {
+      this.mSt.copyWithin(k, k + 1, n + 1);
+      this.mSz.copyWithin(k, k + 1, n + 1);
+      this.mAd.copyWithin(k, k + 1, n + 1);
+    }
   }
 
   insert(b: Block): void {
@@ -116,10 +135,7 @@ export class BlockPool {
     const size = b.size;
     const addr = b.addr;
     this._size++;
-    if (this.buckets.length === 0) {
-      this.buckets.push(this.newBucket());
-      this.rebuildMaxes();
-    }
+    if (this.buckets.length === 0) this.buckets.push(this.newBucket()); // its max is set below (i === n === 0)
     let k = this.bucketFor(stream, size, addr);
     if (k === this.buckets.length) k--;
     const bk = this.buckets[k]!;
@@ -150,17 +166,18 @@ export class BlockPool {
   private split(k: number): void {
     const a = this.buckets[k]!;
     const b = this.newBucket();
-    b.st.set(a.st.subarray(HALF, CAP));
-    b.sz.set(a.sz.subarray(HALF, CAP));
-    b.ad.set(a.ad.subarray(HALF, CAP));
+    // plain loop: subarray() would allocate three views per split
     for (let j = HALF; j < CAP; j++) {
+      b.st[j - HALF] = a.st[j]!;
+      b.sz[j - HALF] = a.sz[j]!;
+      b.ad[j - HALF] = a.ad[j]!;
       b.bl[j - HALF] = a.bl[j]!;
       a.bl[j] = null;
     }
     b.n = CAP - HALF;
     a.n = HALF;
     this.buckets.splice(k + 1, 0, b);
-    this.rebuildMaxes();
+    this.insertMax(k);
   }
 
   /** Removes `b` (found by its key); returns false when it is not in the pool. */
@@ -184,7 +201,100 @@ export class BlockPool {
     return b;
   }
 
-  /** Removes entry i of bucket k; an emptied bucket is dropped (and kept as the spare). */
+  /**
+   * The block at the cursor of the last seek() changed its key (say, a split took its low
+   * part): put it back in order without a delete and an insert where it can (rekeyAt).
+   */
+  rekeyAtCursor(): void {
+    this.rekeyAt(this.cb, this.ci);
+  }
+
+  /**
+   * `b` (not in the pool) takes the place of `old` (in it), as when a free block absorbs a
+   * pooled neighbour: one search, and no delete-then-insert where b sorts in old's bucket.
+   * Returns false, changing nothing, when old is not in the pool.
+   */
+  replace(old: Block, b: Block): boolean {
+    const k = this.bucketFor(old.stream, old.size, old.addr);
+    if (k === this.buckets.length) return false;
+    const bk = this.buckets[k]!;
+    const i = bk.lower(old.stream, old.size, old.addr);
+    if (i >= bk.n || bk.bl[i] !== old) return false;
+    bk.bl[i] = b;
+    this.rekeyAt(k, i);
+    return true;
+  }
+
+  /**
+   * Entry i of bucket k holds a block whose key no longer matches the stored one: rewrite
+   * the keys in place when it still sorts between its neighbours, shift it inside the
+   * bucket when its place is there, else delete and insert it.
+   */
+  private rekeyAt(k: number, i: number): void {
+    const bk = this.buckets[k]!;
+    const b = bk.bl[i]!;
+    const stream = b.stream;
+    const size = b.size;
+    const addr = b.addr;
+    const n = bk.n;
+    const st = bk.st;
+    const sz = bk.sz;
+    const ad = bk.ad;
+    const bl = bk.bl;
+    const last = this.buckets.length - 1;
+    let after: boolean; // the predecessor's key < b's new key
+    if (i > 0) after = BlockPool.less(st[i - 1]!, sz[i - 1]!, ad[i - 1]!, stream, size, addr);
+    else after = k === 0 || BlockPool.less(this.mSt[k - 1]!, this.mSz[k - 1]!, this.mAd[k - 1]!, stream, size, addr);
+    let before: boolean; // b's new key < the successor's key
+    if (i + 1 < n) before = BlockPool.less(stream, size, addr, st[i + 1]!, sz[i + 1]!, ad[i + 1]!);
+    else if (k < last) {
+      const nx = this.buckets[k + 1]!;
+      before = BlockPool.less(stream, size, addr, nx.st[0]!, nx.sz[0]!, nx.ad[0]!);
+    } else before = true;
+    let j: number; // b's new index in this bucket
+    if (after && before) j = i;
+    else if (before) {
+      // Lower: its place is in this bucket when it sorts after the previous bucket's last key.
+      if (k > 0 && !BlockPool.less(this.mSt[k - 1]!, this.mSz[k - 1]!, this.mAd[k - 1]!, stream, size, addr)) return this.moveOut(k, i, b);
+      j = bk.lower(stream, size, addr);
+      for (let m = i; m > j; m--) {
+        st[m] = st[m - 1]!;
+        sz[m] = sz[m - 1]!;
+        ad[m] = ad[m - 1]!;
+        bl[m] = bl[m - 1]!;
+      }
+    } else {
+      // Higher: its place is in this bucket when it sorts before the next bucket's first key.
+      if (i + 1 >= n) return this.moveOut(k, i, b);
+      if (k < last) {
+        const nx = this.buckets[k + 1]!;
+        if (!BlockPool.less(stream, size, addr, nx.st[0]!, nx.sz[0]!, nx.ad[0]!)) return this.moveOut(k, i, b);
+      }
+      j = bk.lower(stream, size, addr) - 1;
+      for (let m = i; m < j; m++) {
+        st[m] = st[m + 1]!;
+        sz[m] = sz[m + 1]!;
+        ad[m] = ad[m + 1]!;
+        bl[m] = bl[m + 1]!;
+      }
+    }
+    st[j] = stream;
+    sz[j] = size;
+    ad[j] = addr;
+    bl[j] = b;
+    if (i === n - 1 || j === n - 1) this.setMax(k);
+  }
+
+  private moveOut(k: number, i: number, b: Block): void {
+    this.removeAt(k, i);
+    this.insert(b);
+  }
+
+  private static less(s1: number, z1: number, a1: number, s2: number, z2: number, a2: number): boolean {
+    return s1 < s2 || (s1 === s2 && (z1 < z2 || (z1 === z2 && a1 < a2)));
+  }
+
+  /** Removes entry i of bucket k; an emptied bucket is dropped (and kept for reuse). */
   private removeAt(k: number, i: number): void {
     const bk = this.buckets[k]!;
     this._size--;
@@ -193,8 +303,8 @@ export class BlockPool {
       this.buckets.splice(k, 1);
       bk.bl[0] = null;
       bk.n = 0;
-      this.spare = bk;
-      this.rebuildMaxes();
+      this.spares.push(bk);
+      this.removeMax(k);
       return;
     }
     if (i < n) BlockPool.shiftDown(bk, i, n);
@@ -265,6 +375,11 @@ export class BlockPool {
   }
 
   clear(): void {
+    for (const bk of this.buckets) {
+      bk.bl.fill(null);
+      bk.n = 0;
+      this.spares.push(bk);
+    }
     this.buckets = [];
     this._size = 0;
   }

@@ -26,6 +26,16 @@ describe("BlockPool", () => {
               pool.insert(b);
               model.push(b);
               model.sort(cmp);
+            } else if (op === "del" && model.length > 0 && a % 4 === 0 && !used.has(a * 512 + 256)) {
+              // a new block takes an old one's place (a merge): any key, the order must hold
+              const old = model.splice(a % model.length, 1)[0]!;
+              used.delete(old.addr);
+              const b = new Block(a * 512 + 256, size * 512, stream, pool);
+              used.add(b.addr);
+              expect(pool.replace(old, b)).toBe(true);
+              expect(pool.replace(old, b)).toBe(false);
+              model.push(b);
+              model.sort(cmp);
             } else if (op === "del" && model.length > 0) {
               const b = model.splice(a % model.length, 1)[0]!;
               used.delete(b.addr);
@@ -42,6 +52,14 @@ describe("BlockPool", () => {
                   expect(pool.takeAtCursor()).toBe(got);
                   model.splice(i, 1);
                   used.delete(got.addr);
+                } else if (a % 3 === 1 && !used.has(got.addr + 512)) {
+                  // re-key the block at the cursor (a split moves it up and shrinks it; any change must keep the order)
+                  used.delete(got.addr);
+                  got.addr += 512;
+                  used.add(got.addr);
+                  got.size = ((a * 7) % 60 + 1) * 512;
+                  pool.rekeyAtCursor();
+                  model.sort(cmp);
                 } else {
                   expect(pool.advance()).toBe(model[i + 1] ?? null);
                 }

@@ -14,6 +14,8 @@ export class PSegment {
   stitched = 0;
   /** Sorted indices of the chunks some sBlock maps (null = rebuild): pBlock state changes visit only these. */
   sIdx: Int32Array | null = null;
+  /** sLists[k]: the mapper list (the same array object as by chunk id) of chunk sIdx[k]; saves two dependent loads per chunk. */
+  sLists: SBlock[][] = [];
 
   constructor(
     readonly base: number,

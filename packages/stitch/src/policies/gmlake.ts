@@ -67,6 +67,8 @@ export class GmlakeAllocator implements PolicyInstance {
   readonly small: CachingAllocator;
   private readonly ctx: AllocatorContext;
   private readonly C: number;
+  /** 1 / C: x * invC === x / C exactly when x is a multiple of C (the error of 1/C is below half an ulp of the quotient), and avoids a division on hot paths. */
+  private readonly invC: number;
   private readonly vmm: boolean;
   private readonly fragLimit: number;
   private readonly reuseLimit: number;
@@ -113,6 +115,7 @@ export class GmlakeAllocator implements PolicyInstance {
       return v;
     };
     this.C = num("chunkSize", (v) => v > 0 && Number.isSafeInteger(v) && v % g === 0, `a positive multiple of the granularity ${g}`);
+    this.invC = 1 / this.C;
     this.vmm = num("vmmDefragment", (v) => v === 0 || v === 1, "0 or 1") > 0;
     this.fragLimit = num("fragLimit", (v) => v >= 0, "a byte count >= 0");
     this.reuseLimit = num("reuseLimit", (v) => v > 0, "a number > 0");
@@ -135,7 +138,15 @@ export class GmlakeAllocator implements PolicyInstance {
     const C = this.C;
     rounded = Math.ceil(rounded / C) * C;
     // State 1: a single pBlock, else a cached sBlock; state 2 (defragLevel 0): stitch.
-    let b = this.getFreeBlock(stream, rounded) ?? this.stitch(stream, rounded, 0);
+    const f = this.large.seek(stream, rounded);
+    let b: Block | null;
+    if (f !== null && f.stream === stream) {
+      if (this.fits(f, rounded)) return this.takeFound(f, rounded); // the hot path
+      b = null;
+    } else {
+      b = this.vmm ? this.reuse(stream, rounded) : null;
+    }
+    if (b === null) b = this.stitch(stream, rounded, 0);
     if (b === null) {
       // State 3: new memory; state 4: release the cache and retry; stitching at the levels allowed.
       const allocSize = Math.ceil(allocationSize(rounded) / C) * C;
@@ -174,13 +185,27 @@ export class GmlakeAllocator implements PolicyInstance {
     return r;
   }
 
-  /** get_free_block: best fit in the pPool; only if the stream has no pBlock that large, a cached sBlock. */
-  private getFreeBlock(stream: number, size: number): Block | null {
-    const b = this.large.seek(stream, size);
-    if (b === null || b.stream !== stream) return this.vmm ? this.reuse(stream, size) : null;
-    if (size < this.maxSplit && b.size >= this.maxSplit) return null;
-    if (size >= this.maxSplit && b.size >= size + this.maxNonSplitRounding) return null;
-    return this.large.takeAtCursor(); // b, removed without a second search
+  /**
+   * get_free_block's test of the pPool's best fit b of the stream (when the stream has no
+   * pBlock that large, malloc tries a cached sBlock instead).
+   */
+  private fits(b: Block, size: number): boolean {
+    if (size < this.maxSplit && b.size >= this.maxSplit) return false;
+    return !(size >= this.maxSplit && b.size >= size + this.maxNonSplitRounding);
+  }
+
+  /** Hand out the best fit b, still in the pPool at its cursor: split (the remainder is re-keyed in place) or take it whole. */
+  private takeFound(b: Block, rounded: number): Block {
+    // should_split of GMLake: the remainder is at least one chunk.
+    if (rounded < this.maxSplit && b.size - rounded >= this.C) {
+      const a = this.splitLow(b, rounded);
+      this.large.rekeyAtCursor(); // b kept the high part: its key shrank
+      this.markUsed(a, null);
+      return a;
+    }
+    this.large.takeAtCursor(); // b, removed without a second search
+    this.markUsed(b, null);
+    return b;
   }
 
   /**
@@ -482,51 +507,57 @@ export class GmlakeAllocator implements PolicyInstance {
     if (a.prev !== null) a.prev.next = a;
     a.next = p;
     p.prev = a;
-    const i = (p.addr - seg.base) / this.C;
+    const invC = this.invC;
+    const i = (p.addr - seg.base) * invC;
     seg.starts[i] = a;
     p.addr += bytes;
     p.size -= bytes;
-    seg.starts[i + bytes / this.C] = p;
+    seg.starts[i + bytes * invC] = p;
     return a;
   }
 
   /** free_block: merge a free pBlock (not in the pool) with free neighbours and pool it. */
   private mergeFree(p: Block): void {
     const seg = p.segment as PSegment;
-    const C = this.C;
+    const invC = this.invC;
     p.allocated = false;
     p.data = null;
+    // p takes the pool slot of a merged neighbour (BlockPool.replace): often one search, not a delete and an insert.
+    let slot: Block | null = null;
     const prev = p.prev;
     if (prev !== null && !prev.allocated) {
-      this.large.delete(prev);
-      seg.starts[(p.addr - seg.base) / C] = null;
+      slot = prev;
+      seg.starts[(p.addr - seg.base) * invC] = null;
       p.addr = prev.addr;
       p.size += prev.size;
       p.prev = prev.prev;
       if (p.prev !== null) p.prev.next = p;
-      seg.starts[(p.addr - seg.base) / C] = p;
+      seg.starts[(p.addr - seg.base) * invC] = p;
     }
     const next = p.next;
     if (next !== null && !next.allocated) {
-      this.large.delete(next);
-      seg.starts[(next.addr - seg.base) / C] = null;
+      if (slot === null) slot = next;
+      else this.large.delete(next);
+      seg.starts[(next.addr - seg.base) * invC] = null;
       p.size += next.size;
       p.next = next.next;
       if (p.next !== null) p.next.prev = p;
     }
-    this.large.insert(p);
+    // a neighbour may be free but out of the pool (a failed stitch's other pBlocks): then insert, as a delete would have been a no-op
+    if (slot === null || !this.large.replace(slot, p)) this.large.insert(p);
   }
 
   /** p's chunks became used (by `claimer`, or by the program): other sBlocks mapping them lose free chunks. */
   private markUsed(p: Block, claimer: SBlock | null): void {
     const seg = p.segment as PSegment;
     if (seg.stitched === 0) return;
-    const C = this.C;
-    const i0 = (p.addr - seg.base) / C;
-    const i1 = i0 + p.size / C;
+    const invC = this.invC;
+    const i0 = (p.addr - seg.base) * invC;
+    const i1 = i0 + p.size * invC;
     const idx = this.stitchedIdx(seg);
+    const lists = seg.sLists;
     for (let k = lowerBound(idx, i0); k < idx.length && idx[k]! < i1; k++) {
-      const list = this.sMaps[seg.chunks[idx[k]!]!.id]!;
+      const list = lists[k]!;
       for (let m = 0; m < list.length; m++) {
         const S = list[m]!;
         if (S === claimer) continue;
@@ -545,12 +576,13 @@ export class GmlakeAllocator implements PolicyInstance {
   private markFree(p: Block, releaser: SBlock | null): void {
     const seg = p.segment as PSegment;
     if (seg.stitched === 0) return;
-    const C = this.C;
-    const i0 = (p.addr - seg.base) / C;
-    const i1 = i0 + p.size / C;
+    const invC = this.invC;
+    const i0 = (p.addr - seg.base) * invC;
+    const i1 = i0 + p.size * invC;
     const idx = this.stitchedIdx(seg);
+    const lists = seg.sLists;
     for (let k = lowerBound(idx, i0); k < idx.length && idx[k]! < i1; k++) {
-      const list = this.sMaps[seg.chunks[idx[k]!]!.id]!;
+      const list = lists[k]!;
       for (let m = 0; m < list.length; m++) {
         const S = list[m]!;
         if (S === releaser) continue;
@@ -565,11 +597,16 @@ export class GmlakeAllocator implements PolicyInstance {
     let idx = seg.sIdx;
     if (idx === null) {
       const out: number[] = [];
+      const lists: SBlock[][] = [];
       const chunks = seg.chunks;
       for (let i = 0; i < chunks.length; i++) {
         const l = this.sMaps[chunks[i]!.id];
-        if (l !== undefined && l.length > 0) out.push(i);
+        if (l !== undefined && l.length > 0) {
+          out.push(i);
+          lists.push(l);
+        }
       }
+      seg.sLists = lists;
       idx = seg.sIdx = Int32Array.from(out);
     }
     return idx;
@@ -827,6 +864,9 @@ export class GmlakeAllocator implements PolicyInstance {
         const want: number[] = [];
         for (let i = 0; i < seg.chunks.length; i++) if ((this.sMaps[seg.chunks[i]!.id]?.length ?? 0) > 0) want.push(i);
         if (want.join() !== Array.from(seg.sIdx).join()) return `segment ${hex(seg.base)}: stale stitched-chunk index`;
+        for (let k = 0; k < want.length; k++) {
+          if (seg.sLists[k] !== this.sMaps[seg.chunks[want[k]!]!.id]) return `segment ${hex(seg.base)}: stale mapper list at chunk ${want[k]}`;
+        }
       }
       pairs += stitched;
     }
