@@ -19,12 +19,14 @@ import { writeTracePlots } from "./plots.js";
 
 const HELP = `Usage: gmlake-bench [--traces DIR] [--policies a,b] [--drivers auto|sim,cuda,host]
                     [--capacity-factor 1.02] [--integrity on|full|off] [--workers N] [--cpu-workers N]
-                    [--only NAME,...] [--out DIR]
+                    [--only NAME,...] [--no-warmup] [--out DIR]
 
 Replays every trace in DIR (default ../shared/traces, sub-folders included) with every
 policy on each driver, and writes DIR_OUT/results.json, summary.md and <trace>.svg.
 --drivers auto = cuda and sim on a GPU host, sim elsewhere. --capacity-factor F adds a
 sim run per trace x policy under a capacity of F x the trace's peak live bytes.
+Before its first cuda task a worker makes a few driver calls of each kind, untimed, so
+that the driver's lazy first-use cost does not land on the first trace (--no-warmup).
 Example: gmlake-bench --drivers auto --capacity-factor 1.02 --out bench-results`;
 
 interface Args {
@@ -38,6 +40,7 @@ interface Args {
   cpuWorkers?: number;
   only: string[] | null;
   out: string;
+  warmUp: boolean;
 }
 
 function fail(msg: string): never {
@@ -58,6 +61,7 @@ function parse(argv: string[]): Args {
         integrity: { type: "string" },
         workers: { type: "string" },
         "cpu-workers": { type: "string" },
+        "no-warmup": { type: "boolean" },
         only: { type: "string" },
         out: { type: "string" },
         help: { type: "boolean", short: "h" },
@@ -100,6 +104,7 @@ function parse(argv: string[]): Args {
     cpuWorkers,
     only: v.only ? v.only.split(",") : null,
     out: v.out ?? "bench-results",
+    warmUp: !v["no-warmup"],
   };
 }
 
@@ -160,7 +165,7 @@ async function main(): Promise<void> {
   for (const t of traces) {
     const rec = recorded.find((r) => r.trace === t.trace)!;
     for (const driver of a.drivers)
-      for (const policy of a.policies) tasks.push({ id: tasks.length, ...t, policy, driver, integrity: a.integrity, timeline: driver === "sim" });
+      for (const policy of a.policies) tasks.push({ id: tasks.length, ...t, policy, driver, integrity: a.integrity, timeline: driver === "sim", warmUp: a.warmUp });
     if (a.capacityFactor !== null) {
       const capacity = Math.ceil(rec.peakLiveBytes * a.capacityFactor);
       for (const policy of a.policies)
