@@ -23,17 +23,9 @@ export const ACQUIRE_CALLS = ["memCreate", "memAlloc", "memAddressReserve", "mem
 /** Calls that give resources back: CUDA fails them only on misuse (INVALID_VALUE). */
 export const RELEASE_CALLS = ["memRelease", "memUnmap", "memAddressFree", "memFree"];
 
-/** Deterministic PRNG (mulberry32). */
-export function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Deterministic PRNG: the fault injector's own, so seeds mean the same everywhere. */
+import { mulberry32 as rng } from "@gmlake/vmm";
+export { rng };
 
 /**
  * A synthetic request mix as an EventLog: allocs of 512 B .. 48 MiB on two streams, frees

@@ -14,17 +14,9 @@ export function tracePath(name: string): string | null {
   return existsSync(p) ? p : null;
 }
 
-/** Deterministic PRNG (mulberry32). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Deterministic PRNG: the one the fault injector uses, so seeds mean the same everywhere. */
+import { mulberry32 as rng } from "@gmlake/vmm";
+export { rng };
 
 export const MiB = 1 << 20;
 export const GiB = 2 ** 30;

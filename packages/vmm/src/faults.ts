@@ -62,7 +62,7 @@ export interface InjectedFault {
 }
 
 /** mulberry32: small, fast, and the same sequence for the same seed everywhere. */
-function mulberry32(seed: number): () => number {
+export function mulberry32(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;

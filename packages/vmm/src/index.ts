@@ -8,6 +8,6 @@ export { H200_COSTS, curveUs, type CostTable, type SizeCurve } from "./cost-mode
 export { MISUSE_CODES } from "./address-space.js";
 export { DriverAdaptor } from "./driver-adaptor.js";
 export { CapacityDriver, withCapacity } from "./capacity.js";
-export { FaultDriver, withFaults, FAULT_CODES, type FaultPlan, type FaultAt, type InjectedFault } from "./faults.js";
+export { FaultDriver, withFaults, mulberry32, FAULT_CODES, type FaultPlan, type FaultAt, type InjectedFault } from "./faults.js";
 export { createDriver, cudaAvailable, type CreateDriverOptions } from "./create-driver.js";
 export { probeCuda, probeCudaInProcess, describeProbe, type CudaProbe, type ProbeDevice, type ProbeOptions } from "./probe.js";
