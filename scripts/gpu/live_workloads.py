@@ -1,0 +1,265 @@
+"""Runs the project's training workloads live on a GPU under one allocator and prints one
+JSON line with what was measured.
+
+The models, shapes and seeds of ../shared/workloads/workloads.py (gpt2_ft, gpt2_ft_ckpt,
+llama1b_fsdp, llama1b_lora, opt1b_generate), plus the project's own workloads whose largest
+buffers change size every step (qwen_lora_bigvocab, gpt2_offload, moe_ft, gpt2_microbatch).
+
+usage: python3 live_workloads.py NAME --allocator A [--steps N] [--record PATH] [--sampler SO]
+  A = pytorch              PyTorch's default caching allocator
+      pytorch-expandable   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+      ours:POLICY[,k=v...] the stitching engine in this process (packages/torch-alloc)
+  --record PATH   dump a memory-history snapshot (pickle, gzip when PATH ends in .gz)
+  --sampler SO    memsampler.so: device memory in use sampled every 100 us inside the steps
+
+Measured: per step the wall time, the loss (training) or a checksum of the tokens
+(generation) and the sampled peak of device memory in use; the allocator's own peaks.
+"""
+import argparse, gzip, json, os, pickle, random, sys, time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("name")
+ap.add_argument("--allocator", default="pytorch")
+ap.add_argument("--steps", type=int, default=12)
+ap.add_argument("--record", default=None)
+ap.add_argument("--sampler", default=None)
+args = ap.parse_args()
+
+if args.allocator == "pytorch-expandable":
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+elif args.allocator == "pytorch":
+    os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+
+import ctypes  # noqa: E402
+
+sampler = None
+if args.sampler:
+    sampler = ctypes.CDLL(os.path.abspath(args.sampler))
+    sampler.peak_used.restype = ctypes.c_size_t
+    sampler.samples.restype = ctypes.c_ulong
+
+import torch  # noqa: E402
+
+ours = None
+if args.allocator.startswith("ours:"):
+    spec = args.allocator[len("ours:"):].split(",")
+    knobs = dict(kv.split("=", 1) for kv in spec[1:] if kv)
+    sys.path.insert(0, os.environ.get("GMLAKE_TORCH_PY", os.path.join(os.path.dirname(__file__), "../../packages/torch-alloc/python")))
+    import gmlake_torch as ours  # noqa: E402
+
+    ours.enable(policy=spec[0], **knobs)
+
+SEED = 1234
+random.seed(SEED)
+torch.manual_seed(SEED)
+dev = torch.device("cuda")
+torch.cuda.init()
+free0, total = torch.cuda.mem_get_info()
+if sampler is not None:
+    rc = sampler.start(torch.cuda.current_device(), 100)
+    if rc != 0:
+        sys.exit(f"memsampler: start failed ({rc})")
+
+
+def seqs(n, lo, hi):
+    rng = random.Random(SEED)
+    return [rng.randint(lo, hi) for _ in range(n)]
+
+
+def build_causal_lm(kind, **kw):
+    import transformers
+    cfg = {"gpt2": transformers.GPT2Config, "llama": transformers.LlamaConfig, "opt": transformers.OPTConfig,
+           "mixtral": transformers.MixtralConfig}[kind](**kw)
+    cls = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM, "opt": transformers.OPTForCausalLM,
+           "mixtral": transformers.MixtralForCausalLM}[kind]
+    cfg.use_cache = False
+    with torch.device(dev):
+        model = cls(cfg)
+    return model, cfg
+
+
+steps_out = []
+
+
+def step_begin():
+    if sampler is not None:
+        sampler.reset()
+    return time.perf_counter()
+
+
+def step_end(t0, value):
+    torch.cuda.synchronize()
+    steps_out.append({"s": time.perf_counter() - t0, "value": value,
+                      "peak_used": int(sampler.peak_used()) if sampler is not None else None})
+
+
+def train_loop(model, vocab, batch, lens, opt, autocast=True, offload=False, micro=None):
+    """The shared workloads' loop; `micro` splits a step into micro-batches of those lengths."""
+    for step, L in enumerate(lens):
+        t0 = step_begin()
+        total_loss = 0.0
+        for Lm in (micro[step] if micro else [L]):
+            ids = torch.randint(0, vocab, (batch, Lm), device=dev)
+            ctx = torch.autocast("cuda", dtype=torch.bfloat16) if autocast else torch.autocast("cuda", enabled=False)
+            with ctx:
+                if offload:
+                    with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                        out = model(input_ids=ids, labels=ids)
+                        loss = out.loss
+                        loss.backward()
+                else:
+                    out = model(input_ids=ids, labels=ids)
+                    loss = out.loss
+                    loss.backward()
+            total_loss += loss.item()
+            del out, loss, ids
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step_end(t0, total_loss)
+
+
+def gpt2(steps, ckpt=False, offload=False):
+    model, cfg = build_causal_lm("gpt2", n_layer=24, n_embd=1024, n_head=16, n_positions=1024)
+    if ckpt:
+        model.gradient_checkpointing_enable()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    train_loop(model, cfg.vocab_size, 8, seqs(steps, 64, 1024), opt, offload=offload)
+
+
+def gpt2_microbatch(steps):
+    """Pipeline-style micro-batches: 4 per step, each of its own length, gradients accumulated."""
+    model, cfg = build_causal_lm("gpt2", n_layer=24, n_embd=1024, n_head=16, n_positions=1024)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(SEED)
+    micro = [[rng.randint(64, 1024) for _ in range(4)] for _ in range(steps)]
+    train_loop(model, cfg.vocab_size, 4, [0] * steps, opt, micro=micro)
+
+
+LLAMA_1B = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                num_key_value_heads=4, vocab_size=32000, max_position_embeddings=4096)
+
+
+def lora(steps, kw, batch, lo, hi):
+    import peft
+    model, cfg = build_causal_lm("llama", torch_dtype=torch.bfloat16, **kw)
+    model = model.to(torch.bfloat16)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+    lcfg = peft.LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], lora_dropout=0.05)
+    model = peft.get_peft_model(model, lcfg)
+    model.train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    train_loop(model, cfg.vocab_size, batch, seqs(steps, lo, hi), opt)
+
+
+def qwen_lora_bigvocab(steps):
+    """A 152k-token vocabulary (Qwen2's) and sequences of 256-4096: logits of up to ~7 GiB
+    whose size follows the sequence length, so the largest buffers change size every step."""
+    kw = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=16, num_attention_heads=12,
+              num_key_value_heads=2, vocab_size=151936, max_position_embeddings=8192)
+    lora(steps, kw, 2, 256, 4096)
+
+
+def moe_ft(steps):
+    """A Mixtral-style MoE (8 experts, top-2): per-expert token counts differ every step."""
+    model, cfg = build_causal_lm("mixtral", hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                                 num_attention_heads=16, num_key_value_heads=4, num_local_experts=8,
+                                 num_experts_per_tok=2, vocab_size=32000, max_position_embeddings=4096)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    train_loop(model, cfg.vocab_size, 8, seqs(steps, 128, 1024), opt)
+
+
+def opt_generate(rounds):
+    model, cfg = build_causal_lm("opt", hidden_size=2048, ffn_dim=8192, num_hidden_layers=24, num_attention_heads=32,
+                                 vocab_size=50272, max_position_embeddings=2048, word_embed_proj_dim=2048)
+    model = model.to(torch.bfloat16).eval()
+    model.config.use_cache = True
+    rng = random.Random(SEED)
+    with torch.no_grad():
+        for r in range(rounds):
+            t0 = step_begin()
+            b, p, n = rng.randint(1, 16), rng.randint(32, 768), rng.randint(16, 160)
+            ids = torch.randint(4, cfg.vocab_size, (b, p), device=dev)
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                                 do_sample=True, top_k=50, pad_token_id=1)
+            step_end(t0, int(out.sum().item()))
+            del out, ids
+
+
+def llama_fsdp(steps):
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + random.randint(0, 500)))
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    model, cfg = build_causal_lm("llama", **LLAMA_1B)
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    try:
+        train_loop(model, cfg.vocab_size, 4, seqs(steps, 128, 2048), opt)
+    finally:
+        dist.destroy_process_group()
+
+
+WORKLOADS = {
+    "gpt2_ft": lambda n: gpt2(n),
+    "gpt2_ft_ckpt": lambda n: gpt2(n, ckpt=True),
+    "llama1b_lora": lambda n: lora(n, LLAMA_1B, 8, 128, 2048),
+    "llama1b_fsdp": llama_fsdp,
+    "opt1b_generate": opt_generate,
+    "qwen_lora_bigvocab": qwen_lora_bigvocab,
+    "gpt2_offload": lambda n: gpt2(n, offload=True),
+    "moe_ft": moe_ft,
+    "gpt2_microbatch": gpt2_microbatch,
+}
+
+
+def main():
+    if args.name not in WORKLOADS:
+        sys.exit(f"unknown workload {args.name}; one of: {', '.join(WORKLOADS)}")
+    if args.record:
+        if ours is not None:
+            sys.exit("--record records PyTorch's own allocator; with ours use gmlake_torch.snapshot()")
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=2_000_000)
+    t0 = time.perf_counter()
+    WORKLOADS[args.name](args.steps)
+    wall = time.perf_counter() - t0
+    if sampler is not None:
+        sampler.stop()
+    times = sorted(s["s"] for s in steps_out)
+    used = [s["peak_used"] for s in steps_out if s["peak_used"] is not None]
+    res = {
+        "workload": args.name, "allocator": args.allocator, "steps": len(steps_out),
+        "median_step_s": times[len(times) // 2], "wall_s": wall,
+        "values": [s["value"] for s in steps_out], "step_s": [s["s"] for s in steps_out],
+        "used_before_bytes": total - free0,
+        "peak_used_bytes": max(used) if used else None,
+        "samples": int(sampler.samples()) if sampler is not None else None,
+        "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
+    }
+    if ours is None:
+        st = torch.cuda.memory_stats()
+        res.update(peak_reserved_bytes=torch.cuda.max_memory_reserved(), peak_allocated_bytes=torch.cuda.max_memory_allocated(),
+                   num_alloc_retries=st.get("num_alloc_retries"), num_device_alloc=st.get("num_device_alloc"),
+                   num_ooms=st.get("num_ooms"))
+    else:
+        res["engine"] = ours.stats()
+    if args.record:
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        opener = gzip.open if args.record.endswith(".gz") else open
+        with opener(args.record, "wb") as f:
+            pickle.dump(snap, f, protocol=4)
+        res["trace_events"] = sum(len(t) for t in snap.get("device_traces", []))
+        res["trace_file"] = os.path.basename(args.record)
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()
