@@ -24,7 +24,7 @@ const HELP = `Usage: gmlake-bench [--traces DIR] [--policies a,b] [--drivers aut
 Replays every trace in DIR (default ../shared/traces, sub-folders included) with every
 policy on each driver, and writes DIR_OUT/results.json, summary.md and <trace>.svg.
 --drivers auto = cuda and sim on a GPU host, sim elsewhere. --capacity-factor F adds a
-sim run per trace x policy under a capacity of F x the trace's peak live bytes.
+sim run per trace x policy under a capacity of F x the trace's peak requested bytes.
 Before its first cuda task a worker makes a few driver calls of each kind, untimed, so
 that the driver's lazy first-use cost does not land on the first trace (--no-warmup).
 Example: gmlake-bench --drivers auto --capacity-factor 1.02 --out bench-results`;
@@ -167,9 +167,9 @@ async function main(): Promise<void> {
     for (const driver of a.drivers)
       for (const policy of a.policies) tasks.push({ id: tasks.length, ...t, policy, driver, integrity: a.integrity, timeline: driver === "sim", warmUp: a.warmUp });
     if (a.capacityFactor !== null) {
-      const capacity = Math.ceil(rec.peakLiveBytes * a.capacityFactor);
+      const capacity = Math.ceil(rec.peakRequestedBytes * a.capacityFactor);
       for (const policy of a.policies)
-        tasks.push({ id: tasks.length, ...t, policy, driver: "sim", capacity, capacityNote: `${a.capacityFactor}x peak live`, integrity: false });
+        tasks.push({ id: tasks.length, ...t, policy, driver: "sim", capacity, capacityNote: `${a.capacityFactor}x peak requested`, integrity: false });
     }
   }
 

@@ -5,7 +5,7 @@ import type { Recorded } from "./recorded.js";
 import { loadSnapshot, type TaskResult } from "./task.js";
 
 /**
- * One SVG per trace: the trace's live bytes, PyTorch's recorded reserved, and each
+ * One SVG per trace: the trace's allocated bytes, PyTorch's recorded reserved, and each
  * policy's reserved over its sim replay (the curves come back from the workers).
  */
 export async function writeTracePlots(out: string, traces: { trace: string; path: string }[], results: TaskResult[], recorded: Recorded[]): Promise<void> {
@@ -14,7 +14,7 @@ export async function writeTracePlots(out: string, traces: { trace: string; path
     const rec = sampleTimeline(s.events);
     const mode = recorded.find((r) => r.trace === t.trace)?.mode ?? "caching";
     const series: PlotSeries[] = [
-      { label: "live (trace)", live: rec.live, startUs: rec.startUs },
+      { label: "allocated (trace)", allocated: rec.allocated, startUs: rec.startUs },
       { label: `PyTorch ${mode} (recorded)`, reserved: rec.reserved, startUs: rec.startUs },
     ];
     for (const r of results) {
@@ -23,6 +23,6 @@ export async function writeTracePlots(out: string, traces: { trace: string; path
       series.push({ label: r.policy, reserved: { timeUs: Float64Array.from(c.timeUs), bytes: Float64Array.from(c.bytes) }, startUs: c.startUs });
     }
     const file = join(out, `${t.trace.replace(/[^A-Za-z0-9._-]+/g, "_")}.svg`);
-    writeFileSync(file, plotSvg(series, { title: `${t.trace}: live vs reserved`, subtitle: "each allocator replayed on the same requests (sim driver)" }));
+    writeFileSync(file, plotSvg(series, { title: `${t.trace}: allocated vs reserved`, subtitle: "each allocator replayed on the same requests (sim driver)" }));
   }
 }

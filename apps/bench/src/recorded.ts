@@ -1,13 +1,13 @@
 import { computeStats } from "@gmlake/trace";
 import { loadSnapshot } from "./task.js";
 
-/** What PyTorch itself measured in a trace: its mode, peak live (requested bytes) and peak reserved. */
+/** What PyTorch itself measured in a trace: its mode, peak requested bytes and peak reserved. */
 export interface Recorded {
   trace: string;
   mode: "caching" | "expandable";
   events: number;
   durationUs: number;
-  peakLiveBytes: number;
+  peakRequestedBytes: number;
   peakReservedBytes: number;
   utilization: number;
 }
@@ -20,7 +20,7 @@ export async function recordedFigures(trace: string, path: string): Promise<Reco
     mode: s.allocatorSettings.expandableSegments ? "expandable" : "caching",
     events: s.events.length,
     durationUs: st.lastTimeUs - st.firstTimeUs,
-    peakLiveBytes: st.peakRequestedBytes,
+    peakRequestedBytes: st.peakRequestedBytes,
     peakReservedBytes: st.peakReservedBytes,
     utilization: st.peakReservedBytes > 0 ? st.peakRequestedBytes / st.peakReservedBytes : 1,
   };

@@ -11,7 +11,7 @@ export interface Task {
   policy: string;
   driver: "cuda" | "sim" | "host";
   capacity?: number;
-  /** Why the capacity is set (e.g. "1.02x peak live"). */
+  /** Why the capacity is set (e.g. "1.02x peak requested"). */
   capacityNote?: string;
   integrity: boolean | "full";
   /** Keep the allocator's reserved bytes over time (for the per-trace plot). */
@@ -125,7 +125,7 @@ function failed(task: Task, durationUs: number, e: unknown): TaskResult {
     policy: task.policy,
     driver: task.driver,
     events: 0,
-    peakLiveBytes: 0,
+    peakRequestedBytes: 0,
     peakAllocatedBytes: 0,
     peakReservedBytes: 0,
     utilization: 0,

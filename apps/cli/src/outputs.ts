@@ -35,7 +35,7 @@ export function writeExport(format: string, file: string, log: EventLog, setting
  */
 export function writePlot(file: string, title: string, runs: { label: string; log: EventLog }[], recorded: EventLog): void {
   const rec = sampleTimeline(recorded);
-  const series: PlotSeries[] = [{ label: "live (trace)", live: rec.live, startUs: rec.startUs }, { label: "PyTorch (recorded)", reserved: rec.reserved, startUs: rec.startUs }];
+  const series: PlotSeries[] = [{ label: "allocated (trace)", allocated: rec.allocated, startUs: rec.startUs }, { label: "PyTorch (recorded)", reserved: rec.reserved, startUs: rec.startUs }];
   for (const r of runs) {
     const tl = sampleTimeline(r.log);
     series.push({ label: r.label, reserved: tl.reserved, startUs: tl.startUs });

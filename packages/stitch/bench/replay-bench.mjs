@@ -54,7 +54,7 @@ for (const t of traces) {
         t.replace(".pickle.gz", "").padEnd(24),
         policy.padEnd(11),
         `${(b.eventsPerSecond / 1e6).toFixed(2)} M ev/s`.padStart(13),
-        `live ${(b.peakLiveBytes / GiB).toFixed(2)} GiB`,
+        `requested ${(b.peakRequestedBytes / GiB).toFixed(2)} GiB`,
         `reserved ${(b.peakReservedBytes / GiB).toFixed(2)} GiB`,
         `util ${b.utilization.toFixed(3)}`,
         `driver ${(b.driverTimeUs / 1000).toFixed(1)} ms`,

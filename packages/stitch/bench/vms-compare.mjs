@@ -1,7 +1,7 @@
 // Compare vms with PyTorch's two modes (and gmlake when registered) on every public trace,
 // on the sim driver with its H200 cost model. Run after `pnpm build`:
 //   node bench/vms-compare.mjs [--reps N] [--trace SUBSTRING] [--policies a,b] [--options JSON] [--markdown]
-// Per trace and policy: peak reserved, utilization (peak allocated / peak reserved) and its
+// Per trace and policy: peak reserved, utilization (peak requested / peak reserved) and its
 // margin over expandable, driver calls, modelled driver time and its share of the trace's
 // recorded duration, calls in the second half, events/s (best of reps), and whether the
 // trace runs under a capacity of 1.02 x its peak allocated bytes.
@@ -103,7 +103,7 @@ for (const t of traces) {
       policy,
       events: res.events,
       durS: durUs / 1e6,
-      live: res.peakLiveBytes,
+      requested: res.peakRequestedBytes,
       reserved: res.peakReservedBytes,
       util: res.utilization,
       margin: exp === undefined ? null : res.utilization - exp,
@@ -121,11 +121,11 @@ for (const t of traces) {
 }
 
 const f = (x, d) => (x === null ? "-" : x.toFixed(d));
-const header = ["trace", "policy", "peak alloc GiB", "peak reserved GiB", "util", "vs expandable", "driver calls", "driver ms", "% of trace", "calls 2nd half", "M events/s", "1.02x capacity"];
+const header = ["trace", "policy", "peak requested GiB", "peak reserved GiB", "util", "vs expandable", "driver calls", "driver ms", "% of trace", "calls 2nd half", "M events/s", "1.02x capacity"];
 const line = (r) => [
   r.trace,
   r.policy,
-  f(r.live / GiB, 3),
+  f(r.requested / GiB, 3),
   f(r.reserved / GiB, 3),
   f(r.util, 4),
   r.margin === null ? "-" : (r.margin >= 0 ? "+" : "") + r.margin.toFixed(4),

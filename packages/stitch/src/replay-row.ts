@@ -10,10 +10,11 @@ export interface ReplayRow {
   driver: string;
   events: number;
   /**
-   * Peak live bytes: the requested sizes of blocks live between alloc and free_completed.
-   * It depends on the trace alone, so every policy is measured against the same number.
+   * Peak requested bytes: the requested sizes of blocks live between alloc and
+   * free_completed. It depends on the trace alone, so every policy is measured against the
+   * same number.
    */
-  peakLiveBytes: number;
+  peakRequestedBytes: number;
   /**
    * Peak allocated as this policy counts it (PyTorch's max_memory_allocated: block sizes,
    * including remainders a policy does not split off or rounds up to chunks).
@@ -21,7 +22,7 @@ export interface ReplayRow {
   peakAllocatedBytes: number;
   /** Peak reserved (PyTorch's max_memory_reserved). */
   peakReservedBytes: number;
-  /** peakLiveBytes / peakReservedBytes: the same numerator for every policy, so a policy cannot look better by rounding blocks up. */
+  /** peakRequestedBytes / peakReservedBytes: the same numerator for every policy, so a policy cannot look better by rounding blocks up. */
   utilization: number;
   /** The first out-of-memory under the capacity, or null. */
   oom: null | { eventIndex: number; requestBytes: number; reservedBytes: number; allocatedBytes: number };
@@ -50,10 +51,10 @@ export function replayRow(trace: string, traceDurationUs: number, r: ReplayResul
     policy: r.policy,
     driver: r.driver,
     events: r.events,
-    peakLiveBytes: r.peakRequestedBytes,
-    peakAllocatedBytes: r.peakLiveBytes,
+    peakRequestedBytes: r.peakRequestedBytes,
+    peakAllocatedBytes: r.peakAllocatedBytes,
     peakReservedBytes: r.peakReservedBytes,
-    utilization: r.peakReservedBytes > 0 ? r.peakRequestedBytes / r.peakReservedBytes : 1,
+    utilization: r.utilization,
     oom: r.oom
       ? { eventIndex: r.oom.eventIndex, requestBytes: r.oom.requestBytes, reservedBytes: r.oom.reservedBytes, allocatedBytes: r.oom.allocatedBytes }
       : null,

@@ -50,13 +50,19 @@ export interface ReplayResult {
   policy: string;
   driver: string;
   events: number;
-  /** Peak allocated bytes (rounded sizes of live blocks), PyTorch's max_memory_allocated. */
-  peakLiveBytes: number;
-  peakActiveBytes: number;
+  /**
+   * Peak of the requested bytes of live blocks (alloc .. free_completed): a property of the
+   * trace (the same for every policy; computeStats(log).peakRequestedBytes on a full replay).
+   * With several devices, here and below: the sum of the per-device peaks.
+   */
   peakRequestedBytes: number;
-  /** PyTorch's max_memory_reserved. */
+  /** Peak allocated bytes as the policy counts its blocks (PyTorch's max_memory_allocated: rounding and unsplit remainders included). */
+  peakAllocatedBytes: number;
+  /** Peak of allocated + blocks whose free is requested but not completed (PyTorch's active bytes). */
+  peakActiveBytes: number;
+  /** Peak reserved: physical handles + plain segments (PyTorch's max_memory_reserved). */
   peakReservedBytes: number;
-  /** peakLiveBytes / peakReservedBytes. */
+  /** peakRequestedBytes / peakReservedBytes: the same numerator for every policy (1 when nothing was reserved). */
   utilization: number;
   /** First out-of-memory of the replay (a recorded oom that fails again is not one). */
   oom: OomReport | null;
@@ -78,7 +84,7 @@ export interface ReplayResult {
   counters: Record<string, number>;
   /** The recorder: allocator and segment events, for exports and plots. */
   log: EventLog | null;
-  perDevice: { device: number; peakLiveBytes: number; peakReservedBytes: number }[];
+  perDevice: { device: number; peakRequestedBytes: number; peakAllocatedBytes: number; peakReservedBytes: number }[];
 }
 
 function callDiff(a: DriverStats, b: DriverStats): Record<DriverCall, number> {
@@ -140,7 +146,7 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
   const s1 = driver.stats();
   if (i < mid) sMid = s1; // stopped before the midpoint: nothing after it
 
-  let peakLive = 0;
+  let peakAllocated = 0;
   let peakReserved = 0;
   let peakActive = 0;
   let peakRequested = 0;
@@ -153,13 +159,12 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     const e = engines[d];
     if (!e) continue;
     const st = e.stats;
-    perDevice.push({ device: d, peakLiveBytes: st.peakAllocatedBytes, peakReservedBytes: st.peakReservedBytes });
-    if (st.peakReservedBytes >= peakReserved) {
-      peakReserved = st.peakReservedBytes;
-      peakLive = st.peakAllocatedBytes;
-      peakActive = st.peakActiveBytes;
-      peakRequested = st.peakRequestedBytes;
-    }
+    perDevice.push({ device: d, peakRequestedBytes: st.peakRequestedBytes, peakAllocatedBytes: st.peakAllocatedBytes, peakReservedBytes: st.peakReservedBytes });
+    // devices are separate memories: sums of per-device peaks, as computeStats reports them
+    peakReserved += st.peakReservedBytes;
+    peakAllocated += st.peakAllocatedBytes;
+    peakActive += st.peakActiveBytes;
+    peakRequested += st.peakRequestedBytes;
     retries += st.numAllocRetries;
     for (const [k, v] of Object.entries(e.instance.counters?.() ?? {})) counters[k] = (counters[k] ?? 0) + v;
   }
@@ -187,11 +192,11 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     policy: policy.name,
     driver: o.driver.name,
     events,
-    peakLiveBytes: peakLive,
-    peakActiveBytes: peakActive,
     peakRequestedBytes: peakRequested,
+    peakAllocatedBytes: peakAllocated,
+    peakActiveBytes: peakActive,
     peakReservedBytes: peakReserved,
-    utilization: peakReserved > 0 ? peakLive / peakReserved : 1,
+    utilization: peakReserved > 0 ? peakRequested / peakReserved : 1,
     oom,
     ooms,
     recordedOoms: { reproduced, served },

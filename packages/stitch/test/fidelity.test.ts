@@ -73,7 +73,7 @@ describe("verify reproduces PyTorch on every recorded trace", () => {
         // reserved as the README states it (2 decimals GiB) for this mode
         expect((v.replayedPeakReservedBytes / GiB).toFixed(2)).toBe(row[expandable ? 2 : 1]!.toFixed(2));
         // peak allocated: the README's column is the default run's
-        if (!expandable) expect((v.replay.peakLiveBytes / GiB).toFixed(2)).toBe(row[0]!.toFixed(2));
+        if (!expandable) expect((v.replay.peakAllocatedBytes / GiB).toFixed(2)).toBe(row[0]!.toFixed(2));
       }
       if (name.endsWith("_end.pickle")) {
         expect(v.replay.recordedOoms.reproduced).toBe(1);

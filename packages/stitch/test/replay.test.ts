@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { createDriver, SimDriver } from "@gmlake/vmm";
-import { EventKind, EventLog } from "@gmlake/trace";
+import { computeStats, EventKind, EventLog } from "@gmlake/trace";
 import { Allocator, planTrace, replay } from "../src/index.js";
 import { MiB } from "./helpers.js";
 
@@ -28,7 +28,8 @@ describe("replay", () => {
     ]);
     const r = replay(l, { policy: "caching", driver: new SimDriver(), checkInvariants: 1 });
     expect(r.peakReservedBytes).toBe(60 * MiB);
-    expect(r.peakLiveBytes).toBe(60 * MiB);
+    expect(r.peakAllocatedBytes).toBe(60 * MiB);
+    expect(r.peakRequestedBytes).toBe(60 * MiB);
     expect(r.utilization).toBe(1);
     expect(r.driverCalls.memAlloc).toBe(2);
     expect(r.driverCallsSecondHalf.memAlloc).toBe(0);
@@ -147,10 +148,12 @@ describe("replay", () => {
     l.push(alloc, 0x2000, 10 * MiB, s, 1, 4);
     const r = replay(l, { policy: "caching", driver: new SimDriver(), checkInvariants: 1 });
     expect(r.perDevice).toEqual([
-      { device: 0, peakLiveBytes: 30 * MiB, peakReservedBytes: 30 * MiB },
-      { device: 1, peakLiveBytes: 50 * MiB, peakReservedBytes: 50 * MiB },
+      { device: 0, peakRequestedBytes: 30 * MiB, peakAllocatedBytes: 30 * MiB, peakReservedBytes: 30 * MiB },
+      { device: 1, peakRequestedBytes: 50 * MiB, peakAllocatedBytes: 50 * MiB, peakReservedBytes: 50 * MiB },
     ]);
-    expect(r.peakReservedBytes).toBe(50 * MiB);
+    // separate memories: the sums of the per-device peaks, as computeStats sums them
+    expect([r.peakRequestedBytes, r.peakReservedBytes]).toEqual([80 * MiB, 80 * MiB]);
+    expect(r.peakRequestedBytes).toBe(computeStats(l).peakRequestedBytes);
     const only0 = replay(l, { policy: "caching", driver: new SimDriver(), device: 0 });
     expect(only0.perDevice.length).toBe(1);
   });

@@ -195,7 +195,7 @@ describe("vms on recorded traces", () => {
     expect(r.integrityErrors).toBe(0);
     expect(r.integrityChecked).toBeGreaterThan(100);
     expect(d.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
-    const cap = replay(snap.events, { policy: "vms", driver: new SimDriver(), settings: snap.allocatorSettings, capacity: Math.floor(1.02 * r.peakLiveBytes) });
+    const cap = replay(snap.events, { policy: "vms", driver: new SimDriver(), settings: snap.allocatorSettings, capacity: Math.floor(1.02 * r.peakAllocatedBytes) });
     expect(cap.oom).toBeNull();
     const exp = replay(snap.events, { policy: "expandable", driver: new SimDriver(), settings: snap.allocatorSettings });
     expect(r.utilization).toBeGreaterThanOrEqual(exp.utilization);

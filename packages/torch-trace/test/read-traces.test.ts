@@ -107,7 +107,7 @@ describe.skipIf(dir === null)("real traces (../shared/traces)", () => {
       const liveAtDump = snap.segments.flatMap((s) => s.blocks).filter((b) => b.state !== "inactive").length;
       expect(stats.countsByKind.alloc - (stats.countsByKind.freeCompleted ?? 0)).toBe(liveAtDump);
       const anchor = ANCHORS[name];
-      expect([stats.peakLiveBytes, stats.peakRequestedBytes, stats.peakReservedBytes]).toEqual(anchor);
+      expect([stats.peakAllocatedBytes, stats.peakRequestedBytes, stats.peakReservedBytes]).toEqual(anchor);
 
       const base = name.replace(/_expandable$/, "");
       const row = rows.find((r) => r.name === base);
@@ -116,7 +116,7 @@ describe.skipIf(dir === null)("real traces (../shared/traces)", () => {
         const reserved = name.includes("expandable") ? row.reservedExpandable : row.reservedDefault;
         expect(round2(stats.peakReservedBytes / GiB)).toBe(reserved);
         const short = ALLOCATED_SHORT_BY[base] ?? 0;
-        const ours = stats.peakLiveBytes / GiB;
+        const ours = stats.peakAllocatedBytes / GiB;
         if (short === 0) expect(round2(ours)).toBe(row.peakAllocated);
         else {
           expect(ours).toBeLessThan(row.peakAllocated);
@@ -132,7 +132,7 @@ describe.skipIf(dir === null)("real traces (../shared/traces)", () => {
       const snap = await readSnapshot(join(small, file));
       const name = file.replace(/\.pickle$/, "");
       const stats = computeStats(snap.events);
-      expect([stats.peakLiveBytes, stats.peakRequestedBytes, stats.peakReservedBytes]).toEqual(ANCHORS[name]);
+      expect([stats.peakAllocatedBytes, stats.peakRequestedBytes, stats.peakReservedBytes]).toEqual(ANCHORS[name]);
       expect(snap.protocol).toBe(4);
       expect(snap.gzip).toBe(false);
       if (name.endsWith("_end")) {
@@ -148,7 +148,7 @@ describe.skipIf(dir === null)("real traces (../shared/traces)", () => {
     // README: train_default reserves 10.41 GB for 4.27 GB allocated, expandable 4.43 GB.
     const td = computeStats((await readSnapshot(join(small, "train_default.pickle"))).events);
     const te = computeStats((await readSnapshot(join(small, "train_expandable.pickle"))).events);
-    expect([round2(td.peakReservedBytes / 1e9), round2(td.peakLiveBytes / 1e9), round2(te.peakReservedBytes / 1e9)]).toEqual([10.41, 4.27, 4.43]);
+    expect([round2(td.peakReservedBytes / 1e9), round2(td.peakAllocatedBytes / 1e9), round2(te.peakReservedBytes / 1e9)]).toEqual([10.41, 4.27, 4.43]);
   });
 
   it("annotations and frames of gpt2_ft_stacks", async () => {

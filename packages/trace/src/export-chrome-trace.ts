@@ -42,7 +42,7 @@ const INSTANT_KINDS = new Set<number>([
 
 /**
  * Chrome trace JSON (opens in Perfetto UI and chrome://tracing): per device a process with
- * two counter tracks, "live bytes" (allocated) and "reserved bytes", instant events for
+ * two counter tracks, "allocated bytes" and "reserved bytes", instant events for
  * segment decisions, ooms, snapshots, stitches and GCs, and optionally block lifetimes as
  * slices per stream.
  */
@@ -59,7 +59,7 @@ export function toChromeTrace(log: EventLog, options: ChromeTraceOptions = {}): 
   for (const d of [...devices].sort((a, b) => a - b)) {
     events.push({ name: "process_name", ph: "M", ts: 0, pid: d, args: { name: `${label} GPU ${d}` } });
     const tl = sampleTimeline(log, { device: d, maxPoints: options.maxCounterPoints ?? 20_000, roundupPower2Divisions: options.roundupPower2Divisions });
-    for (const [name, series] of [["live bytes", tl.live], ["reserved bytes", tl.reserved]] as const) {
+    for (const [name, series] of [["allocated bytes", tl.allocated], ["reserved bytes", tl.reserved]] as const) {
       for (let j = 0; j < series.timeUs.length; j++) {
         events.push({ name, ph: "C", ts: series.timeUs[j] - start, pid: d, args: { bytes: series.bytes[j] } });
       }

@@ -1,9 +1,9 @@
 import type { Timeline, TimelineSeries } from "./timeline.js";
 
-/** One run in a plot: its live and reserved curves (from sampleTimeline). */
+/** One run in a plot: its allocated and reserved curves (from sampleTimeline). */
 export interface PlotSeries {
   label: string;
-  live?: TimelineSeries;
+  allocated?: TimelineSeries;
   reserved?: TimelineSeries;
   /** Time origin in µs (default: the earliest point); each run is drawn from its own start. */
   startUs?: number;
@@ -23,7 +23,7 @@ const GiB = 2 ** 30;
 
 /** A run of sampleTimeline as a plot series. */
 export function timelineSeries(label: string, tl: Timeline, color?: string): PlotSeries {
-  return { label, live: tl.live, reserved: tl.reserved, startUs: tl.startUs, color };
+  return { label, allocated: tl.allocated, reserved: tl.reserved, startUs: tl.startUs, color };
 }
 
 /** Tick step of 1, 2, 2.5 or 5 x 10^k giving about `target` intervals over `span`. */
@@ -53,8 +53,8 @@ function timeUnit(spanUs: number): { div: number; name: string } {
 }
 
 /**
- * Live vs reserved memory over time for one or more runs, as a standalone SVG string:
- * GiB axis with nice ticks, time axis from each run's start, a solid line for live and a
+ * Allocated vs reserved memory over time for one or more runs, as a standalone SVG string:
+ * GiB axis with nice ticks, time axis from each run's start, a solid line for allocated and a
  * dashed one for reserved per run (steps: memory holds its value between events), a legend
  * with peaks, and a title.
  */
@@ -72,11 +72,11 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
   let maxT = 0;
   const starts = series.map((s) => {
     let st = s.startUs ?? Infinity;
-    if (s.startUs === undefined) for (const c of [s.live, s.reserved]) if (c && c.timeUs.length > 0) st = Math.min(st, c.timeUs[0]);
+    if (s.startUs === undefined) for (const c of [s.allocated, s.reserved]) if (c && c.timeUs.length > 0) st = Math.min(st, c.timeUs[0]);
     return Number.isFinite(st) ? st : 0;
   });
   series.forEach((s, i) => {
-    for (const c of [s.live, s.reserved]) {
+    for (const c of [s.allocated, s.reserved]) {
       if (!c) continue;
       for (let j = 0; j < c.bytes.length; j++) {
         if (c.bytes[j] > maxY) maxY = c.bytes[j];
@@ -114,7 +114,7 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
   out.push(`<text x="${left + pw / 2}" y="${H - 10}" text-anchor="middle" font-size="13" fill="#222">time (${unit.name})</text>`);
   out.push(`<text transform="translate(18 ${top + ph / 2}) rotate(-90)" text-anchor="middle" font-size="13" fill="#222">memory (GiB)</text>`);
 
-  // Curves: reserved first (dashed, behind), then live.
+  // Curves: reserved first (dashed, behind), then allocated.
   const path = (c: TimelineSeries, t0: number): string => {
     let d = "";
     for (let j = 0; j < c.bytes.length; j++) {
@@ -129,7 +129,7 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
     if (s.reserved && s.reserved.bytes.length > 0) out.push(`<path d="${path(s.reserved, starts[i])}" fill="none" stroke="${colors[i]}" stroke-width="1.6" stroke-dasharray="7 4" opacity="0.9"/>`);
   });
   series.forEach((s, i) => {
-    if (s.live && s.live.bytes.length > 0) out.push(`<path d="${path(s.live, starts[i])}" fill="none" stroke="${colors[i]}" stroke-width="1.4"/>`);
+    if (s.allocated && s.allocated.bytes.length > 0) out.push(`<path d="${path(s.allocated, starts[i])}" fill="none" stroke="${colors[i]}" stroke-width="1.4"/>`);
   });
 
   // Legend: one row per run.
@@ -139,11 +139,11 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
     const x = left;
     const y = legendTop + i * 20;
     const c = colors[i];
-    // Only the curves the run has: a run may carry live, reserved or both.
-    if (s.live) out.push(`<line x1="${x}" y1="${y}" x2="${x + 22}" y2="${y}" stroke="${c}" stroke-width="2"/>`);
+    // Only the curves the run has: a run may carry allocated, reserved or both.
+    if (s.allocated) out.push(`<line x1="${x}" y1="${y}" x2="${x + 22}" y2="${y}" stroke="${c}" stroke-width="2"/>`);
     if (s.reserved) out.push(`<line x1="${x + 30}" y1="${y}" x2="${x + 52}" y2="${y}" stroke="${c}" stroke-width="2" stroke-dasharray="7 4"/>`);
     const parts: string[] = [];
-    if (s.live) parts.push(`live (solid), peak ${(peak(s.live) / GiB).toFixed(2)} GiB`);
+    if (s.allocated) parts.push(`allocated (solid), peak ${(peak(s.allocated) / GiB).toFixed(2)} GiB`);
     if (s.reserved) parts.push(`reserved (dashed), peak ${(peak(s.reserved) / GiB).toFixed(2)} GiB`);
     const text = `${s.label}: ${parts.join("; ")}`;
     out.push(`<text x="${x + 58}" y="${y}" dy="4" font-size="12" fill="#222">${esc(text)}</text>`);

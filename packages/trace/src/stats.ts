@@ -18,26 +18,29 @@ export interface DeviceStats {
   device: number;
   events: number;
   /**
-   * Peak of allocated bytes = rounded sizes of live blocks (alloc .. free_completed), which
-   * is what torch.cuda.max_memory_allocated() reports and what the traces README calls
-   * "peak allocated": it matches that column on every trace to 2 decimals in GiB, where
-   * requested sizes come out lower (see peakRequestedBytes).
+   * Peak of the requested bytes of live blocks (alloc .. free_completed): a property of the
+   * trace, the same for every allocator that serves it.
    */
-  peakLiveBytes: number;
-  /** Event index where peakLiveBytes was first reached (-1 without allocations). */
-  peakLiveIndex: number;
-  /** Allocated (rounded) bytes live at the end. */
-  liveBytes: number;
-  /** Peak of requested bytes of live blocks (alloc .. free_completed). */
   peakRequestedBytes: number;
   /** Requested bytes live at the end. */
   requestedBytes: number;
+  /**
+   * Peak of allocated bytes as far as a trace shows them: rounded sizes (roundSize) of live
+   * blocks. torch.cuda.max_memory_allocated() counts the allocator's block sizes, which
+   * include remainders a trace cannot show, so this is its lower bound (equal to the traces
+   * README's "peak allocated" to 2 decimals in GiB on every trace).
+   */
+  peakAllocatedBytes: number;
+  /** Event index where peakAllocatedBytes was first reached (-1 without allocations). */
+  peakAllocatedIndex: number;
+  /** Allocated (rounded) bytes live at the end. */
+  allocatedBytes: number;
   /** Reserved bytes at the end: segment_alloc - segment_free + segment_map - segment_unmap, or, in a log with physical-handle events, physicalCreate - physicalRelease + plain segments (see reserved-bytes.ts). */
   reservedBytes: number;
   /** Peak of the running reserved sum (= torch.cuda.max_memory_reserved() for a complete trace). */
   peakReservedBytes: number;
   peakReservedIndex: number;
-  /** peakLiveBytes / peakReservedBytes (0 when nothing was reserved). */
+  /** peakRequestedBytes / peakReservedBytes (0 when nothing was reserved). */
   utilization: number;
   /** free_completed of blocks that were not live (overflowed history or a broken log). */
   unmatchedFrees: number;
@@ -45,7 +48,7 @@ export interface DeviceStats {
   lastTimeUs: number;
 }
 
-export interface TraceStats extends Omit<DeviceStats, "device" | "peakLiveIndex" | "peakReservedIndex"> {
+export interface TraceStats extends Omit<DeviceStats, "device" | "peakAllocatedIndex" | "peakReservedIndex"> {
   /**
    * With one device: that device's figures. With several: peaks are the sum of per-device
    * peaks (each device's memory is separate), end values are sums.
@@ -85,7 +88,7 @@ export function computeStats(log: EventLog, options: StatsOptions = {}): TraceSt
     if (a === undefined) {
       a = accs[d] = {
         s: {
-          device: d, events: 0, peakLiveBytes: 0, peakLiveIndex: -1, liveBytes: 0, peakRequestedBytes: 0, requestedBytes: 0,
+          device: d, events: 0, peakRequestedBytes: 0, requestedBytes: 0, peakAllocatedBytes: 0, peakAllocatedIndex: -1, allocatedBytes: 0,
           reservedBytes: 0, peakReservedBytes: 0, peakReservedIndex: -1, utilization: 0, unmatchedFrees: 0,
           firstTimeUs: timeUs[i], lastTimeUs: timeUs[i],
         },
@@ -114,9 +117,9 @@ export function computeStats(log: EventLog, options: StatsOptions = {}): TraceSt
         a.requested += sz;
         a.allocated += useDivisions ? roundSize(sz, divisions) : roundSize(sz);
         if (a.requested > s.peakRequestedBytes) s.peakRequestedBytes = a.requested;
-        if (a.allocated > s.peakLiveBytes) {
-          s.peakLiveBytes = a.allocated;
-          s.peakLiveIndex = i;
+        if (a.allocated > s.peakAllocatedBytes) {
+          s.peakAllocatedBytes = a.allocated;
+          s.peakAllocatedIndex = i;
         }
         break;
       }
@@ -151,10 +154,10 @@ export function computeStats(log: EventLog, options: StatsOptions = {}): TraceSt
   for (const a of accs) {
     if (a === undefined) continue;
     const s = a.s;
-    s.liveBytes = a.allocated;
+    s.allocatedBytes = a.allocated;
     s.requestedBytes = a.requested;
     s.reservedBytes = a.reserved;
-    s.utilization = s.peakReservedBytes > 0 ? s.peakLiveBytes / s.peakReservedBytes : 0;
+    s.utilization = s.peakReservedBytes > 0 ? s.peakRequestedBytes / s.peakReservedBytes : 0;
     byDevice.push(s);
   }
   const sum = (f: (s: DeviceStats) => number): number => byDevice.reduce((n, s) => n + f(s), 0);
@@ -165,19 +168,19 @@ export function computeStats(log: EventLog, options: StatsOptions = {}): TraceSt
   for (let i = 0; i < streamCounts.length; i++) if (streamCounts[i] > 0) countsByStream.push({ stream: log.streams[i], events: streamCounts[i] });
   const countsByDevice: Record<number, number> = {};
   for (const s of byDevice) countsByDevice[s.device] = s.events;
-  const peakLive = sum((s) => s.peakLiveBytes);
+  const peakRequested = sum((s) => s.peakRequestedBytes);
   const peakReserved = sum((s) => s.peakReservedBytes);
   return {
     devices: byDevice.map((s) => s.device),
     byDevice,
     events: sum((s) => s.events),
-    peakLiveBytes: peakLive,
-    liveBytes: sum((s) => s.liveBytes),
-    peakRequestedBytes: sum((s) => s.peakRequestedBytes),
+    peakRequestedBytes: peakRequested,
     requestedBytes: sum((s) => s.requestedBytes),
+    peakAllocatedBytes: sum((s) => s.peakAllocatedBytes),
+    allocatedBytes: sum((s) => s.allocatedBytes),
     reservedBytes: sum((s) => s.reservedBytes),
     peakReservedBytes: peakReserved,
-    utilization: peakReserved > 0 ? peakLive / peakReserved : 0,
+    utilization: peakReserved > 0 ? peakRequested / peakReserved : 0,
     unmatchedFrees: sum((s) => s.unmatchedFrees),
     firstTimeUs: byDevice.length ? Math.min(...byDevice.map((s) => s.firstTimeUs)) : 0,
     lastTimeUs: byDevice.length ? Math.max(...byDevice.map((s) => s.lastTimeUs)) : 0,

@@ -11,10 +11,10 @@ export interface TimelineSeries {
 
 export interface Timeline {
   /** Allocated bytes (rounded sizes of blocks live between alloc and free_completed). */
-  live: TimelineSeries;
+  allocated: TimelineSeries;
   /** Reserved bytes (segment and physical-memory events). */
   reserved: TimelineSeries;
-  peakLiveBytes: number;
+  peakAllocatedBytes: number;
   peakReservedBytes: number;
   startUs: number;
   endUs: number;
@@ -95,7 +95,7 @@ class Sampler {
   }
 }
 
-/** Live and reserved bytes of one device over time, at most `maxPoints` points each. */
+/** Allocated and reserved bytes of one device over time, at most `maxPoints` points each. */
 export function sampleTimeline(log: EventLog, options: TimelineOptions = {}): Timeline {
   const maxPoints = Math.max(4, options.maxPoints ?? 2000);
   const buckets = Math.max(1, Math.floor(maxPoints / 2));
@@ -111,42 +111,42 @@ export function sampleTimeline(log: EventLog, options: TimelineOptions = {}): Ti
     last = i;
     count++;
   }
-  const live = new Sampler(maxPoints);
+  const allocated = new Sampler(maxPoints);
   const reserved = new Sampler(maxPoints);
   if (first < 0) {
-    return { live: live.finish(), reserved: reserved.finish(), peakLiveBytes: 0, peakReservedBytes: 0, startUs: 0, endUs: 0 };
+    return { allocated: allocated.finish(), reserved: reserved.finish(), peakAllocatedBytes: 0, peakReservedBytes: 0, startUs: 0, endUs: 0 };
   }
   const t0 = timeUs[first];
   const t1 = timeUs[last];
   const span = options.byIndex ? count : t1 - t0;
   const blocks = new Map<number, number>();
   const physical = accountsPhysically(log);
-  let liveBytes = 0;
+  let allocatedBytes = 0;
   let reservedBytes = 0;
-  let peakLive = 0;
+  let peakAllocated = 0;
   let peakReserved = 0;
   let j = 0;
   for (let i = first; i <= last; i++) {
     if (log.device[i] !== device) continue;
     const k = kind[i];
-    let changedLive = false;
+    let changedAllocated = false;
     let changedReserved = false;
     switch (k) {
       case EventKind.alloc: {
         const r = roundSize(size[i], divisions);
         const prev = blocks.get(addr[i]);
-        if (prev !== undefined) liveBytes -= prev;
+        if (prev !== undefined) allocatedBytes -= prev;
         blocks.set(addr[i], r);
-        liveBytes += r;
-        changedLive = true;
+        allocatedBytes += r;
+        changedAllocated = true;
         break;
       }
       case EventKind.freeCompleted: {
         const prev = blocks.get(addr[i]);
         if (prev !== undefined) {
           blocks.delete(addr[i]);
-          liveBytes -= prev;
-          changedLive = true;
+          allocatedBytes -= prev;
+          changedAllocated = true;
         }
         break;
       }
@@ -167,9 +167,9 @@ export function sampleTimeline(log: EventLog, options: TimelineOptions = {}): Ti
     const pos = options.byIndex ? j : timeUs[i] - t0;
     const b = span > 0 ? Math.min(buckets - 1, Math.floor((pos / span) * buckets)) : 0;
     const t = options.byIndex ? j : timeUs[i];
-    if (changedLive) {
-      live.add(b, t, liveBytes);
-      if (liveBytes > peakLive) peakLive = liveBytes;
+    if (changedAllocated) {
+      allocated.add(b, t, allocatedBytes);
+      if (allocatedBytes > peakAllocated) peakAllocated = allocatedBytes;
     }
     if (changedReserved) {
       reserved.add(b, t, reservedBytes);
@@ -178,5 +178,5 @@ export function sampleTimeline(log: EventLog, options: TimelineOptions = {}): Ti
     j++;
   }
   const end = options.byIndex ? count - 1 : t1;
-  return { live: live.finish(end), reserved: reserved.finish(end), peakLiveBytes: peakLive, peakReservedBytes: peakReserved, startUs: options.byIndex ? 0 : t0, endUs: end };
+  return { allocated: allocated.finish(end), reserved: reserved.finish(end), peakAllocatedBytes: peakAllocated, peakReservedBytes: peakReserved, startUs: options.byIndex ? 0 : t0, endUs: end };
 }

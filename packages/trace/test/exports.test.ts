@@ -87,10 +87,10 @@ describe("Chrome / Perfetto trace JSON", () => {
     const trace = JSON.parse(JSON.stringify(toChromeTrace(sample(), { blocks: true, label: "run" }))) as ReturnType<typeof toChromeTrace>;
     const ev = trace.traceEvents;
     const counters = (name: string, pid: number) => ev.filter((e) => e.ph === "C" && e.name === name && e.pid === pid).map((e) => [e.ts, e.args?.bytes]);
-    expect(counters("live bytes", 0)).toEqual([[3, 3072], [4, 3072 + 2 * MiB], [6, 2 * MiB], [7, 2 * MiB]]); // held to the last event
+    expect(counters("allocated bytes", 0)).toEqual([[3, 3072], [4, 3072 + 2 * MiB], [6, 2 * MiB], [7, 2 * MiB]]); // held to the last event
     expect(counters("reserved bytes", 0)).toEqual([[0, 20 * MiB], [7, 20 * MiB]]);
     expect(counters("reserved bytes", 1)).toEqual([[8, 2 * MiB], [9, 2 * MiB]]);
-    expect(counters("live bytes", 1)).toEqual([[9, 512]]);
+    expect(counters("allocated bytes", 1)).toEqual([[9, 512]]);
     expect(ev.filter((e) => e.ph === "M").map((e) => e.args?.name)).toEqual(["run GPU 0", "run GPU 1"]);
     expect(ev.filter((e) => e.ph === "i").map((e) => e.name)).toEqual(["segmentAlloc", "oom"]);
     const slice = ev.find((e) => e.ph === "X");

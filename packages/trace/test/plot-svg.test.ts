@@ -11,7 +11,7 @@ describe("plotSvg", () => {
     expect(niceStep(0)).toBe(1);
   });
 
-  it("draws live (solid) and reserved (dashed) per run, with axes, legend and title", () => {
+  it("draws allocated (solid) and reserved (dashed) per run, with axes, legend and title", () => {
     const G = 2 ** 30;
     const a = logOf([[K.segmentAlloc, 0, 8 * G, 0], [K.alloc, 1, 5 * G, 1e6], [K.freeCompleted, 1, 5 * G, 3e6]]);
     const b = logOf([[K.segmentMap, 0, 6 * G, 100], [K.alloc, 1, 5.5 * G, 2e6]]);

@@ -20,13 +20,13 @@ describe("computeStats", () => {
 
   it("peaks of allocated (rounded), requested and reserved, with where they happened", () => {
     const s = computeStats(log);
-    expect(s.peakLiveBytes).toBe(3072 + 5 * MiB + 512);
-    expect(s.byDevice[0].peakLiveIndex).toBe(4);
+    expect(s.peakAllocatedBytes).toBe(3072 + 5 * MiB + 512);
+    expect(s.byDevice[0].peakAllocatedIndex).toBe(4);
     expect(s.peakRequestedBytes).toBe(3000 + 5 * MiB + 100);
     expect(s.peakReservedBytes).toBe(22 * MiB);
     expect(s.byDevice[0].peakReservedIndex).toBe(6);
-    expect(s.utilization).toBeCloseTo((3072 + 5 * MiB + 512) / (22 * MiB), 12);
-    expect(s.liveBytes).toBe(512);
+    expect(s.utilization).toBeCloseTo((3000 + 5 * MiB + 100) / (22 * MiB), 12);
+    expect(s.allocatedBytes).toBe(512);
     expect(s.requestedBytes).toBe(100);
     expect(s.reservedBytes).toBe(2 * MiB);
     expect(s.unmatchedFrees).toBe(1);
@@ -51,9 +51,9 @@ describe("computeStats", () => {
     ]);
     const s = computeStats(two);
     expect(s.devices).toEqual([0, 1]);
-    expect(s.byDevice.map((d) => d.peakLiveBytes)).toEqual([1024, 2048]);
-    expect(s.peakLiveBytes).toBe(3072);
-    expect(computeStats(two, { device: 1 }).peakLiveBytes).toBe(2048);
+    expect(s.byDevice.map((d) => d.peakAllocatedBytes)).toEqual([1024, 2048]);
+    expect(s.peakAllocatedBytes).toBe(3072);
+    expect(computeStats(two, { device: 1 }).peakAllocatedBytes).toBe(2048);
     expect(computeStats(two, { device: 1 }).countsByDevice).toEqual({ 1: 2 });
   });
 
@@ -61,20 +61,20 @@ describe("computeStats", () => {
     const l = logOf([[K.alloc, 1, 1.1 * MiB, 1]]);
     const div = new Array<number>(16).fill(0);
     div[0] = 4;
-    expect(computeStats(l).peakLiveBytes).toBe(Math.ceil((1.1 * MiB) / 512) * 512);
-    expect(computeStats(l, { roundupPower2Divisions: div }).peakLiveBytes).toBe(1.25 * MiB);
+    expect(computeStats(l).peakAllocatedBytes).toBe(Math.ceil((1.1 * MiB) / 512) * 512);
+    expect(computeStats(l, { roundupPower2Divisions: div }).peakAllocatedBytes).toBe(1.25 * MiB);
   });
 
   it("an empty log", () => {
     const s = computeStats(logOf([]));
     expect(s.events).toBe(0);
-    expect(s.peakLiveBytes).toBe(0);
+    expect(s.peakAllocatedBytes).toBe(0);
     expect(s.utilization).toBe(0);
     expect(s.countsByKind).toEqual({});
   });
 
   it("an alloc at a live address replaces the old block", () => {
     const s = computeStats(logOf([[EventKind.alloc, 1, 512, 1], [EventKind.alloc, 1, 1024, 2]]));
-    expect(s.liveBytes).toBe(1024);
+    expect(s.allocatedBytes).toBe(1024);
   });
 });

@@ -20,13 +20,13 @@ describe("sampleTimeline", () => {
     const log = sawtooth(50_000);
     for (const maxPoints of [4, 10, 100, 1000]) {
       const tl = sampleTimeline(log, { maxPoints });
-      expect(tl.live.timeUs.length).toBeLessThanOrEqual(maxPoints + 1);
-      expect(Math.max(...tl.live.bytes)).toBe(512 * 1000);
-      expect(Math.min(...tl.live.bytes)).toBe(0);
-      expect(tl.peakLiveBytes).toBe(512 * 1000);
+      expect(tl.allocated.timeUs.length).toBeLessThanOrEqual(maxPoints + 1);
+      expect(Math.max(...tl.allocated.bytes)).toBe(512 * 1000);
+      expect(Math.min(...tl.allocated.bytes)).toBe(0);
+      expect(tl.peakAllocatedBytes).toBe(512 * 1000);
       expect(tl.peakReservedBytes).toBe(1 << 30);
       // Time order is kept.
-      for (let i = 1; i < tl.live.timeUs.length; i++) expect(tl.live.timeUs[i]).toBeGreaterThanOrEqual(tl.live.timeUs[i - 1]);
+      for (let i = 1; i < tl.allocated.timeUs.length; i++) expect(tl.allocated.timeUs[i]).toBeGreaterThanOrEqual(tl.allocated.timeUs[i - 1]);
     }
   });
 
@@ -38,8 +38,8 @@ describe("sampleTimeline", () => {
       [K.freeCompleted, 1, 1000, 30],
     ]);
     const tl = sampleTimeline(log, { maxPoints: 1000 });
-    expect(Array.from(tl.live.timeUs)).toEqual([10, 20, 30]);
-    expect(Array.from(tl.live.bytes)).toEqual([1024, 1536, 512]);
+    expect(Array.from(tl.allocated.timeUs)).toEqual([10, 20, 30]);
+    expect(Array.from(tl.allocated.bytes)).toEqual([1024, 1536, 512]);
     expect(Array.from(tl.reserved.timeUs)).toEqual([0, 30]);
     expect(Array.from(tl.reserved.bytes)).toEqual([4096, 4096]);
     expect([tl.startUs, tl.endUs]).toEqual([0, 30]);
@@ -50,16 +50,16 @@ describe("sampleTimeline", () => {
       [K.alloc, 1, 512, 5, 0, 0],
       [K.alloc, 1, 4096, 5, 0, 3],
     ]);
-    expect(sampleTimeline(log, { device: 3 }).peakLiveBytes).toBe(4096);
-    expect(sampleTimeline(log).peakLiveBytes).toBe(512);
+    expect(sampleTimeline(log, { device: 3 }).peakAllocatedBytes).toBe(4096);
+    expect(sampleTimeline(log).peakAllocatedBytes).toBe(512);
     const byIndex = sampleTimeline(sawtooth(1000), { byIndex: true, maxPoints: 50 });
-    expect(byIndex.live.timeUs.length).toBeLessThanOrEqual(51);
-    expect(byIndex.peakLiveBytes).toBe(512 * 1000);
+    expect(byIndex.allocated.timeUs.length).toBeLessThanOrEqual(51);
+    expect(byIndex.peakAllocatedBytes).toBe(512 * 1000);
   });
 
   it("an empty log", () => {
     const tl = sampleTimeline(new EventLog());
-    expect(tl.live.timeUs.length).toBe(0);
-    expect(tl.peakLiveBytes).toBe(0);
+    expect(tl.allocated.timeUs.length).toBe(0);
+    expect(tl.peakAllocatedBytes).toBe(0);
   });
 });

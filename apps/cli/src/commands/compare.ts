@@ -16,7 +16,7 @@ import { markdownTable, textTable, type Column } from "../table.js";
 export interface RecordedRow {
   trace: string;
   mode: "caching" | "expandable";
-  peakLiveBytes: number;
+  peakRequestedBytes: number;
   peakReservedBytes: number;
   utilization: number;
   traceDurationUs: number;
@@ -38,7 +38,7 @@ type Line = { kind: "recorded"; r: RecordedRow } | { kind: "replay"; r: ReplayRo
 const COLUMNS: Column<Line>[] = [
   { header: "trace", align: "left", value: (l) => l.r.trace },
   { header: "allocator", align: "left", value: (l) => (l.kind === "recorded" ? `PyTorch ${l.r.mode} (recorded)` : l.r.policy) },
-  { header: "peak live GiB", value: (l) => gib(l.r.peakLiveBytes) },
+  { header: "peak requested GiB", value: (l) => gib(l.r.peakRequestedBytes) },
   { header: "peak reserved GiB", value: (l) => gib(l.r.peakReservedBytes) },
   { header: "utilization", value: (l) => l.r.utilization.toFixed(3) },
   { header: "OOM", value: (l) => (l.kind === "recorded" ? "" : l.r.oom ? `at #${l.r.oom.eventIndex}` : "no") },
@@ -72,8 +72,9 @@ export const compareCommand: Command = {
                       [--set key=value ...] [--json | --markdown] [--plot DIR]
 
 Replays each trace with each policy and prints one row per trace x policy, next to
-what PyTorch itself recorded in the trace: peak live (requested bytes of live blocks:
-the same for every allocator), peak reserved, utilization (peak live / peak reserved),
+what PyTorch itself recorded in the trace: peak requested (requested bytes of live
+blocks: the same for every allocator), peak reserved, utilization (peak requested /
+peak reserved),
 the first out-of-memory under --capacity, driver calls
 and driver time (modelled with H200 costs on sim; % of the trace's own duration),
 driver calls in the trace's second half, and replay speed. Without a trace: the
@@ -113,7 +114,7 @@ Examples:
       const rec: RecordedRow = {
         trace: t.name,
         mode: s.allocatorSettings.expandableSegments ? "expandable" : "caching",
-        peakLiveBytes: st.peakRequestedBytes,
+        peakRequestedBytes: st.peakRequestedBytes,
         peakReservedBytes: st.peakReservedBytes,
         utilization: st.peakReservedBytes > 0 ? st.peakRequestedBytes / st.peakReservedBytes : 1,
         traceDurationUs: st.lastTimeUs - st.firstTimeUs,
@@ -141,7 +142,7 @@ Examples:
     } else {
       process.stdout.write(textTable(lines, COLUMNS) + "\n");
       const oomNote = capacity !== undefined ? ` under a capacity of ${formatBytes(capacity)}` : "";
-      process.stdout.write(`\n${rows.length} replays on the ${driver} driver${oomNote}; utilization = peak live (requested bytes, the same for every allocator) / peak reserved.\n`);
+      process.stdout.write(`\n${rows.length} replays on the ${driver} driver${oomNote}; utilization = peak requested (the same for every allocator) / peak reserved.\n`);
     }
   },
 };

@@ -14,8 +14,8 @@ export interface InspectJson {
   streams: number;
   devices: number[];
   durationUs: number;
-  peakLiveBytes: number;
   peakRequestedBytes: number;
+  peakAllocatedBytes: number;
   recordedPeakReservedBytes: number;
   recordedUtilization: number;
   segmentEvents: Record<string, number>;
@@ -35,15 +35,16 @@ export const inspect: Command = {
   help: `Usage: gmlake inspect [trace] [--json]
 
 Reads a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot; gzip or plain) and
-prints what it holds: events, streams, devices, peak allocated (PyTorch's
-max_memory_allocated, which counts block sizes: found by replaying the exact model of the
-allocator that recorded the trace), peak requested bytes, recorded peak reserved
-(max_memory_reserved, from the segment events) and utilization, and the recorded
-allocator settings. Without a trace: the embedded default.
+prints what it holds: events, streams, devices, peak requested (the requested bytes of
+live blocks: the trace's own figure), peak allocated (PyTorch's max_memory_allocated,
+which counts block sizes: found by replaying the exact model of the allocator that
+recorded the trace), recorded peak reserved (max_memory_reserved, from the segment
+events) and utilization (peak requested / peak reserved), and the recorded allocator
+settings. Without a trace: the embedded default.
 
 Options:
   --json    one JSON object: events, allocs, frees, streams, devices, durationUs,
-            peakLiveBytes, peakRequestedBytes, recordedPeakReservedBytes,
+            peakRequestedBytes, peakAllocatedBytes, recordedPeakReservedBytes,
             recordedUtilization, segmentEvents, ooms, allocatorSettings (camelCase,
             bytes as integers), reconstructed, unknownActions, pickleProtocol, gzip
 
@@ -80,10 +81,10 @@ Example:
       streams: st.countsByStream.length,
       devices: st.devices,
       durationUs: st.lastTimeUs - st.firstTimeUs,
-      peakLiveBytes: m.peakLiveBytes,
       peakRequestedBytes: st.peakRequestedBytes,
+      peakAllocatedBytes: m.peakAllocatedBytes,
       recordedPeakReservedBytes: st.peakReservedBytes,
-      recordedUtilization: st.peakReservedBytes > 0 ? m.peakLiveBytes / st.peakReservedBytes : 1,
+      recordedUtilization: st.peakReservedBytes > 0 ? st.peakRequestedBytes / st.peakReservedBytes : 1,
       segmentEvents: {
         segmentAlloc: k.segmentAlloc ?? 0,
         segmentFree: k.segmentFree ?? 0,
@@ -111,7 +112,7 @@ Example:
     const lines = [
       `${t.name}: ${out.events.toLocaleString("en-US")} events over ${(out.durationUs / 1e6).toFixed(2)} s, ${out.allocs.toLocaleString("en-US")} allocations, ${out.streams} stream(s), device(s) ${out.devices.join(", ") || "none"}`,
       `  recorded with    ${mode}${s.allocatorSettings.allocConf ? ` (PYTORCH_CUDA_ALLOC_CONF=${s.allocatorSettings.allocConf})` : ""}`,
-      `  peak allocated   ${formatBytes(out.peakLiveBytes)} (requested ${formatBytes(out.peakRequestedBytes)})`,
+      `  peak requested   ${formatBytes(out.peakRequestedBytes)} (${formatBytes(out.peakAllocatedBytes)} allocated as PyTorch counts blocks)`,
       `  peak reserved    ${formatBytes(out.recordedPeakReservedBytes)} (recorded by PyTorch)`,
       `  utilization      ${out.recordedUtilization.toFixed(3)}  (fragmentation ${(100 * (1 - out.recordedUtilization)).toFixed(1)}%)`,
       `  segment events   ${seg.segmentAlloc} alloc, ${seg.segmentFree} free, ${seg.segmentMap} map, ${seg.segmentUnmap} unmap; ${out.ooms} out-of-memory`,

@@ -27,8 +27,8 @@ export const replayCommand: Command = {
                      [--plot FILE.svg] [--export memory-viz|perfetto|rmm-csv FILE]
 
 Replays the trace's allocations and frees (memory returns at free_completed, as in
-PyTorch) through an allocator policy on a driver, and reports peak live, peak
-reserved, utilization, the first out-of-memory under --capacity, and the driver calls
+PyTorch) through an allocator policy on a driver, and reports peak requested, peak
+reserved, utilization (peak requested / peak reserved), the first out-of-memory under --capacity, and the driver calls
 it made (counted and timed: modelled with H200 costs on sim, measured on host and cuda).
 
 Options:
@@ -41,7 +41,7 @@ Options:
   --integrity    on host/cuda every block is stamped and checked at its free:
                  'on' (first/last bytes and stitch seams; default), 'full' (every byte), 'off'
   --invariants   check the allocator's invariants after every event (slow)
-  --json         one JSON object: trace, policy, driver, events, peakLiveBytes
+  --json         one JSON object: trace, policy, driver, events, peakRequestedBytes
                  (requested bytes), peakAllocatedBytes (as the policy counts blocks),
                  peakReservedBytes, utilization, oom, driverCalls, driverTimeUs,
                  driverCallsSecondHalf, traceDurationUs, wallMs, eventsPerSecond,
@@ -103,7 +103,7 @@ export function describeRow(r: ReplayRow): string {
     .join(", ");
   const lines = [
     `${r.trace} with ${r.policy} on the ${r.driver} driver: ${r.events.toLocaleString("en-US")} events in ${r.wallMs.toFixed(0)} ms (${(r.eventsPerSecond / 1e6).toFixed(2)} M events/s)`,
-    `  peak live       ${formatBytes(r.peakLiveBytes)} (requested bytes; ${formatBytes(r.peakAllocatedBytes)} allocated as ${r.policy} counts blocks)`,
+    `  peak requested  ${formatBytes(r.peakRequestedBytes)} (requested bytes; ${formatBytes(r.peakAllocatedBytes)} allocated as ${r.policy} counts blocks)`,
     `  peak reserved   ${formatBytes(r.peakReservedBytes)}`,
     `  utilization     ${r.utilization.toFixed(3)}`,
     `  out of memory   ${r.oom ? `at event ${r.oom.eventIndex}: ${formatBytes(r.oom.requestBytes)} requested with ${formatBytes(r.oom.reservedBytes)} reserved` : "no"}`,
