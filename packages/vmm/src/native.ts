@@ -14,6 +14,10 @@ export interface NativeHandle {
   readonly id: number;
   readonly size: number;
 }
+/** A CUDA event (type-tagged by the addon). */
+export interface NativeEvent {
+  readonly id: number;
+}
 /** A CUDA device with its retained primary context (type-tagged). */
 export type NativeDevice = object & { readonly __device: unique symbol };
 
@@ -41,6 +45,13 @@ export interface NativeAddon {
   cudaWrite(dev: NativeDevice, address: number, data: Uint8Array): void;
   cudaRead(dev: NativeDevice, address: number, out: Uint8Array): void;
   cudaSynchronize(dev: NativeDevice): void;
+  cudaEventCreate(dev: NativeDevice, id: number): NativeEvent;
+  cudaEventRecord(dev: NativeDevice, event: NativeEvent, stream: number): void;
+  cudaEventQuery(dev: NativeDevice, event: NativeEvent): boolean;
+  cudaEventSynchronize(dev: NativeDevice, event: NativeEvent): void;
+  cudaEventDestroy(dev: NativeDevice, event: NativeEvent): void;
+  cudaStreamWaitEvent(dev: NativeDevice, stream: number, event: NativeEvent): void;
+  cudaStreamSynchronize(dev: NativeDevice, stream: number): void;
 
   hostPageSize(): number;
   hostMemCreate(size: number, id: number): NativeHandle;
