@@ -66,15 +66,6 @@ export interface NativeAddon {
   hostMemset(address: number, value: number, size: number): void;
   hostWrite(address: number, data: Uint8Array): void;
   hostRead(address: number, out: Uint8Array): void;
-
-  /**
-   * Test-only (bench/binding-overhead.mjs; the drivers never call it): runs the driver call
-   * behind addon function `call` `iterations` times in a C++ loop in this process, with
-   * that function's arguments minus the cuda device (cuda: on the current context), and
-   * returns the loop's time in microseconds. Pairs such as "cudaMemMap+cudaMemUnmap" or
-   * "hostMemCreate+hostMemRelease" run both calls per iteration.
-   */
-  benchLoop(call: string, iterations: number, ...args: unknown[]): number;
 }
 
 /** Where the addon is looked for: $GMLAKE_VMM_ADDON, else the package's build/Release. */
