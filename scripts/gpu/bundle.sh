@@ -17,6 +17,8 @@ cd "$root"
 if [ "${1:-}" != "--no-build" ]; then
   pnpm turbo run build --output-logs=errors-only >/dev/null
 fi
+# The binding bench's in-process loop: its own addon (not in the shipped gmlake_vmm.node).
+pnpm --filter @gmlake/vmm build:bench >/dev/null
 # The C++ loop of the binding bench, prebuilt as a fallback (the bench rebuilds it with g++ there).
 mkdir -p packages/vmm/build/bench
 g++ -O2 -std=c++17 -o packages/vmm/build/bench/binding_overhead packages/vmm/bench/binding_overhead.cc -ldl
@@ -51,7 +53,7 @@ for a in apps/*; do
     [ -e "$a/$f" ] && files+=("$a/$f")
   done
 done
-files+=(packages/vmm/native packages/vmm/examples packages/vmm/build/Release/gmlake_vmm.node packages/vmm/build/bench/binding_overhead)
+files+=(packages/vmm/native packages/vmm/examples packages/vmm/build/Release/gmlake_vmm.node packages/vmm/build/Release/gmlake_vmm_bench.node packages/vmm/build/bench/binding_overhead)
 # The store entries behind every external link the packages' tests and benches use.
 links=()
 for l in packages/*/node_modules/vitest packages/*/node_modules/fast-check; do

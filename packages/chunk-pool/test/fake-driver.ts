@@ -1,4 +1,4 @@
-import { DRIVER_CALLS, type DriverCall, type DriverStats, type PhysicalHandle, type VmmDriver } from "@gmlake/vmm";
+import { DRIVER_CALLS, EventBook, type DriverCall, type DriverStats, type PhysicalHandle, type VmmDriver } from "@gmlake/vmm";
 
 /** A minimal in-memory VmmDriver for tests: checks the calls' preconditions, keeps no bytes. */
 export function fakeDriver(granularity = 2 << 20, totalBytes = 80 * 2 ** 30): VmmDriver & { mapped: Map<number, PhysicalHandle> } {
@@ -11,6 +11,7 @@ export function fakeDriver(granularity = 2 << 20, totalBytes = 80 * 2 ** 30): Vm
   let nextId = 1;
   let nextVa = 0x7f0000000000;
   let used = 0;
+  const events = new EventBook();
   const fail = (m: string): never => {
     throw Object.assign(new Error(m), { code: "CUDA_ERROR_INVALID_VALUE" });
   };
@@ -79,6 +80,37 @@ export function fakeDriver(granularity = 2 << 20, totalBytes = 80 * 2 ** 30): Vm
       if (s === undefined) fail("not allocated");
       allocs.delete(a);
       used -= s!;
+    },
+    eventCreate() {
+      c("eventCreate");
+      return events.create();
+    },
+    eventRecord(e, stream) {
+      c("eventRecord");
+      events.record(e, stream);
+    },
+    eventQuery(e) {
+      c("eventQuery");
+      events.check("cuEventQuery", e);
+      return true;
+    },
+    eventSynchronize(e) {
+      c("eventSynchronize");
+      events.check("cuEventSynchronize", e);
+    },
+    eventDestroy(e) {
+      c("eventDestroy");
+      events.destroy(e);
+    },
+    streamWaitEvent(stream, e) {
+      c("streamWaitEvent");
+      events.waitEvent(stream, e);
+    },
+    streamSynchronize() {
+      c("streamSynchronize");
+    },
+    ctxSynchronize() {
+      c("ctxSynchronize");
     },
     memset() {},
     write() {},

@@ -1,14 +1,16 @@
 // The JS binding's overhead per call. Each driver call is timed three ways in this one
 // process, on the same handles and addresses, in interleaved rounds:
-//   loop   - the addon's test-only benchLoop(): the bare driver call in a C++ loop
+//   loop   - benchLoop() of the bench addon (bench/bench_loop.cc, build/Release/gmlake_vmm_bench.node,
+//            built by `pnpm build:bench`): the bare driver call in a C++ loop
 //   addon  - the raw addon function from JS (argument checks, handle unwrap, the call)
 //   driver - the driver class (HostDriver/CudaDriver: bookkeeping and stats too; own handles)
 // and overhead = addon - loop and driver - loop (medians of per-round differences).
 // For reference, the same calls from a separate C++ process (bench/binding_overhead.cc,
 // built here with g++ -ldl; skipped with --no-process or when it cannot be built).
 //   node bench/binding-overhead.mjs [host] [cuda] [--iterations N] [--rounds R] [--no-process] [--json FILE]
-// Run after `pnpm --filter @gmlake/vmm build`. cuda is skipped when no driver/device is present.
+// Run after `pnpm --filter @gmlake/vmm build && pnpm --filter @gmlake/vmm build:bench`. cuda is skipped when no driver/device is present.
 import { execFileSync } from "node:child_process";
+import { createRequire } from "node:module";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -32,6 +34,17 @@ if (!(iterations >= 1) || !(rounds >= 1)) {
   console.error("binding-overhead: --iterations and --rounds must be positive integers");
   process.exit(2);
 }
+
+/** The bench addon: not part of the shipped gmlake_vmm.node. */
+function loadBenchAddon() {
+  const path = process.env.GMLAKE_VMM_BENCH_ADDON ?? join(pkg, "build/Release/gmlake_vmm_bench.node");
+  if (!existsSync(path)) {
+    console.error(`binding-overhead: ${path} is missing (run \`pnpm --filter @gmlake/vmm build:bench\`)`);
+    process.exit(2);
+  }
+  return createRequire(import.meta.url)(path);
+}
+const bench = loadBenchAddon();
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
@@ -90,12 +103,11 @@ function processLoop(mode) {
 
 /** The shared measurement sequence; `raw` wraps the addon's functions for one mode. */
 function measureAll(raw, d) {
-  const n = loadNative();
   const g = d.device.granularity.minimum;
   const res = {};
   const small = new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]);
   const out = new Uint8Array(8);
-  const loop = (call, ...a) => (iters) => n.benchLoop(raw.prefix + call, iters, ...a);
+  const loop = (call, ...a) => (iters) => bench.benchLoop(raw.prefix + call, iters, ...a);
 
   if (raw.memGetInfo) res.memGetInfo = compare(1, loop("MemGetInfo"), raw.memGetInfo, () => d.memGetInfo());
 

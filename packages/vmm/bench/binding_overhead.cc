@@ -1,6 +1,6 @@
 // The same calls as bench/binding-overhead.mjs, from a plain C++ loop in a separate
 // process: the bench's "C++ proc" column, kept for comparison with runs 1-2. The overhead
-// itself is measured against the addon's in-process benchLoop() (native/addon.cc), since
+// itself is measured against the in-process benchLoop() (bench/bench_loop.cc), since
 // this process's figures differ from the Node process's for reasons other than the
 // binding. dlopens libcuda like the addon (never links it).
 //   g++ -O2 -std=c++17 -o build/bench/binding_overhead bench/binding_overhead.cc -ldl

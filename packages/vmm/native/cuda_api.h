@@ -15,6 +15,8 @@ namespace vendored {
 typedef int CUresult;
 typedef int CUdevice;
 typedef struct CUctx_st* CUcontext;
+typedef struct CUevent_st* CUevent;
+typedef struct CUstream_st* CUstream;
 typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef int CUdevice_attribute;
@@ -27,9 +29,12 @@ enum : int {
   CUDA_ERROR_NOT_INITIALIZED = 3,
   CUDA_ERROR_NO_DEVICE = 100,
   CUDA_ERROR_INVALID_DEVICE = 101,
+  CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_NOT_SUPPORTED = 801,
   CUDA_ERROR_UNKNOWN = 999,
 };
+enum : int { CU_EVENT_DISABLE_TIMING = 0x2 };
 enum : int { CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102 };
 enum : int { CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1 };
 enum CUmemAllocationType : int { CU_MEM_ALLOCATION_TYPE_PINNED = 1 };
@@ -66,11 +71,13 @@ using ::CUcontext;
 using ::CUdevice;
 using ::CUdevice_attribute;
 using ::CUdeviceptr;
+using ::CUevent;
 using ::CUmemAccessDesc;
 using ::CUmemAllocationGranularity_flags;
 using ::CUmemAllocationProp;
 using ::CUmemGenericAllocationHandle;
 using ::CUresult;
+using ::CUstream;
 }  // namespace cu
 #define GMLAKE_CU_CONST(name) (::name)
 #else
@@ -79,11 +86,13 @@ using vendored::CUcontext;
 using vendored::CUdevice;
 using vendored::CUdevice_attribute;
 using vendored::CUdeviceptr;
+using vendored::CUevent;
 using vendored::CUmemAccessDesc;
 using vendored::CUmemAllocationGranularity_flags;
 using vendored::CUmemAllocationProp;
 using vendored::CUmemGenericAllocationHandle;
 using vendored::CUresult;
+using vendored::CUstream;
 }  // namespace cu
 #define GMLAKE_CU_CONST(name) (vendored::name)
 #endif
@@ -120,6 +129,13 @@ using PFN_cuMemFree_v2 = CUresult (*)(CUdeviceptr);
 using PFN_cuMemsetD8_v2 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
 using PFN_cuMemcpyHtoD_v2 = CUresult (*)(CUdeviceptr, const void*, size_t);
 using PFN_cuMemcpyDtoH_v2 = CUresult (*)(void*, CUdeviceptr, size_t);
+using PFN_cuEventCreate = CUresult (*)(CUevent*, unsigned int);
+using PFN_cuEventRecord = CUresult (*)(CUevent, CUstream);
+using PFN_cuEventQuery = CUresult (*)(CUevent);
+using PFN_cuEventSynchronize = CUresult (*)(CUevent);
+using PFN_cuEventDestroy_v2 = CUresult (*)(CUevent);
+using PFN_cuStreamWaitEvent = CUresult (*)(CUstream, CUevent, unsigned int);
+using PFN_cuStreamSynchronize = CUresult (*)(CUstream);
 }  // namespace cu
 
 #if defined(GMLAKE_HAVE_CUDA_H)
@@ -167,6 +183,13 @@ GMLAKE_SAME_FN(PFN_cuMemFree_v2, cuMemFree_v2);
 GMLAKE_SAME_FN(PFN_cuMemsetD8_v2, cuMemsetD8_v2);
 GMLAKE_SAME_FN(PFN_cuMemcpyHtoD_v2, cuMemcpyHtoD_v2);
 GMLAKE_SAME_FN(PFN_cuMemcpyDtoH_v2, cuMemcpyDtoH_v2);
+GMLAKE_SAME_FN(PFN_cuEventCreate, cuEventCreate);
+GMLAKE_SAME_FN(PFN_cuEventRecord, cuEventRecord);
+GMLAKE_SAME_FN(PFN_cuEventQuery, cuEventQuery);
+GMLAKE_SAME_FN(PFN_cuEventSynchronize, cuEventSynchronize);
+GMLAKE_SAME_FN(PFN_cuEventDestroy_v2, cuEventDestroy_v2);
+GMLAKE_SAME_FN(PFN_cuStreamWaitEvent, cuStreamWaitEvent);
+GMLAKE_SAME_FN(PFN_cuStreamSynchronize, cuStreamSynchronize);
 #undef GMLAKE_SAME_FN
 
 // The vendored declarations, checked against the real ones.
@@ -193,6 +216,11 @@ static_assert(static_cast<int>(vendored::CUDA_ERROR_OUT_OF_MEMORY) == static_cas
 static_assert(static_cast<int>(vendored::CUDA_ERROR_NOT_INITIALIZED) == static_cast<int>(::CUDA_ERROR_NOT_INITIALIZED));
 static_assert(static_cast<int>(vendored::CUDA_ERROR_NO_DEVICE) == static_cast<int>(::CUDA_ERROR_NO_DEVICE));
 static_assert(static_cast<int>(vendored::CUDA_ERROR_INVALID_DEVICE) == static_cast<int>(::CUDA_ERROR_INVALID_DEVICE));
+static_assert(static_cast<int>(vendored::CUDA_ERROR_INVALID_HANDLE) == static_cast<int>(::CUDA_ERROR_INVALID_HANDLE));
+static_assert(static_cast<int>(vendored::CUDA_ERROR_NOT_READY) == static_cast<int>(::CUDA_ERROR_NOT_READY));
+static_assert(static_cast<int>(vendored::CU_EVENT_DISABLE_TIMING) == static_cast<int>(::CU_EVENT_DISABLE_TIMING));
+static_assert(sizeof(vendored::CUevent) == sizeof(::CUevent));
+static_assert(sizeof(vendored::CUstream) == sizeof(::CUstream));
 static_assert(static_cast<int>(vendored::CUDA_ERROR_NOT_SUPPORTED) == static_cast<int>(::CUDA_ERROR_NOT_SUPPORTED));
 static_assert(static_cast<int>(vendored::CUDA_ERROR_UNKNOWN) == static_cast<int>(::CUDA_ERROR_UNKNOWN));
 static_assert(static_cast<int>(vendored::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) == static_cast<int>(::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED));

@@ -39,6 +39,13 @@ struct Api {
   cu::PFN_cuMemsetD8_v2 cuMemsetD8 = nullptr;
   cu::PFN_cuMemcpyHtoD_v2 cuMemcpyHtoD = nullptr;
   cu::PFN_cuMemcpyDtoH_v2 cuMemcpyDtoH = nullptr;
+  cu::PFN_cuEventCreate cuEventCreate = nullptr;
+  cu::PFN_cuEventRecord cuEventRecord = nullptr;
+  cu::PFN_cuEventQuery cuEventQuery = nullptr;
+  cu::PFN_cuEventSynchronize cuEventSynchronize = nullptr;
+  cu::PFN_cuEventDestroy_v2 cuEventDestroy = nullptr;
+  cu::PFN_cuStreamWaitEvent cuStreamWaitEvent = nullptr;
+  cu::PFN_cuStreamSynchronize cuStreamSynchronize = nullptr;
 };
 
 // Process-wide, like libcuda itself.
@@ -133,6 +140,13 @@ void EnsureLoaded(Napi::Env env) {
       Sym(lib, "cuMemsetD8_v2", a.cuMemsetD8, missing);
       Sym(lib, "cuMemcpyHtoD_v2", a.cuMemcpyHtoD, missing);
       Sym(lib, "cuMemcpyDtoH_v2", a.cuMemcpyDtoH, missing);
+      Sym(lib, "cuEventCreate", a.cuEventCreate, missing);
+      Sym(lib, "cuEventRecord", a.cuEventRecord, missing);
+      Sym(lib, "cuEventQuery", a.cuEventQuery, missing);
+      Sym(lib, "cuEventSynchronize", a.cuEventSynchronize, missing);
+      Sym(lib, "cuEventDestroy_v2", a.cuEventDestroy, missing);
+      Sym(lib, "cuStreamWaitEvent", a.cuStreamWaitEvent, missing);
+      Sym(lib, "cuStreamSynchronize", a.cuStreamSynchronize, missing);
       if (!missing.empty()) {
         g_failCode = "CUDA_DRIVER_TOO_OLD";
         g_failCall = "dlsym";
@@ -169,6 +183,15 @@ struct Handle {
 
 const napi_type_tag kDeviceTag = {0x6d6c616b65637564ULL, 0x6465766963653031ULL};  // "gmlake cuda device"
 const napi_type_tag kHandleTag = {0x6d6c616b65637564ULL, 0x68616e646c653031ULL};  // "gmlake cuda handle"
+const napi_type_tag kEventTag = {0x6d6c616b65637564ULL, 0x6576656e74303031ULL};  // "gmlake cuda event"
+
+struct Event {
+  cu::CUevent ev;
+  bool destroyed;
+  // An event nobody destroyed is leaked rather than destroyed from the GC thread
+  // without its context current.
+  static void Finalize(Event* e) { delete e; }
+};
 
 cu::CUdevice GetDevice(Napi::Env env, int ordinal, const char* call) {
   cu::CUdevice dev = 0;
@@ -453,6 +476,92 @@ Napi::Value Synchronize(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// ---- streams and events ------------------------------------------------------------------
+// A stream argument is the raw CUstream value as a number (0 = legacy default stream).
+
+cu::CUstream StreamArg(const Napi::CallbackInfo& info, size_t index) {
+  return reinterpret_cast<cu::CUstream>(static_cast<uintptr_t>(ArgU64(info, index, "stream")));
+}
+
+// Not a live event of this addon: CUDA_ERROR_INVALID_HANDLE, as CUDA answers a bad CUevent
+// (a destroyed one is never handed to CUDA: that would be a use after free).
+Event* LiveEvent(const Napi::CallbackInfo& info, size_t index, const char* call) {
+  Napi::Env env = info.Env();
+  if (index >= info.Length() || !info[index].IsObject() || !info[index].As<Napi::Object>().CheckTypeTag(&kEventTag)) {
+    ThrowVmmError(env, "CUDA_ERROR_INVALID_HANDLE", call, std::string(call) + ": not an event from cudaEventCreate");
+  }
+  void* p = nullptr;
+  NAPI_THROW_IF_FAILED(env, napi_unwrap(env, info[index], &p), nullptr);
+  auto* e = static_cast<Event*>(p);
+  if (e->destroyed) ThrowVmmError(env, "CUDA_ERROR_INVALID_HANDLE", call, std::string(call) + ": event was destroyed");
+  return e;
+}
+
+Napi::Value EventCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  OpenDevice(info, 0);
+  uint64_t id = ArgU64(info, 1, "id");
+  cu::CUevent ev = nullptr;
+  CU_CHECK(env, g_api.cuEventCreate(&ev, GMLAKE_CU_CONST(CU_EVENT_DISABLE_TIMING)), "cuEventCreate", "CU_EVENT_DISABLE_TIMING");
+  Napi::Object obj = MakeTagged(env, &kEventTag, new Event{ev, false});
+  obj.DefineProperty(Napi::PropertyDescriptor::Value("id", Napi::Number::New(env, static_cast<double>(id)), napi_enumerable));
+  return obj;
+}
+
+Napi::Value EventRecord(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  OpenDevice(info, 0);
+  Event* e = LiveEvent(info, 1, "cuEventRecord");
+  cu::CUstream s = StreamArg(info, 2);
+  CU_CHECK(env, g_api.cuEventRecord(e->ev, s), "cuEventRecord", "stream=" + Hex(reinterpret_cast<uintptr_t>(s)));
+  return env.Undefined();
+}
+
+// true = complete (CUDA_SUCCESS), false = CUDA_ERROR_NOT_READY; anything else throws.
+Napi::Value EventQuery(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  OpenDevice(info, 0);
+  Event* e = LiveEvent(info, 1, "cuEventQuery");
+  cu::CUresult r = g_api.cuEventQuery(e->ev);
+  if (r == GMLAKE_CU_CONST(CUDA_ERROR_NOT_READY)) return Napi::Boolean::New(env, false);
+  if (r != 0) Fail(env, r, "cuEventQuery", "");
+  return Napi::Boolean::New(env, true);
+}
+
+Napi::Value EventSynchronize(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  OpenDevice(info, 0);
+  Event* e = LiveEvent(info, 1, "cuEventSynchronize");
+  CU_CHECK(env, g_api.cuEventSynchronize(e->ev), "cuEventSynchronize", "");
+  return env.Undefined();
+}
+
+Napi::Value EventDestroy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  OpenDevice(info, 0);
+  Event* e = LiveEvent(info, 1, "cuEventDestroy");
+  CU_CHECK(env, g_api.cuEventDestroy(e->ev), "cuEventDestroy_v2", "");
+  e->destroyed = true;
+  return env.Undefined();
+}
+
+Napi::Value StreamWaitEvent(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  OpenDevice(info, 0);
+  cu::CUstream s = StreamArg(info, 1);
+  Event* e = LiveEvent(info, 2, "cuStreamWaitEvent");
+  CU_CHECK(env, g_api.cuStreamWaitEvent(s, e->ev, 0), "cuStreamWaitEvent", "stream=" + Hex(reinterpret_cast<uintptr_t>(s)));
+  return env.Undefined();
+}
+
+Napi::Value StreamSynchronize(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  OpenDevice(info, 0);
+  cu::CUstream s = StreamArg(info, 1);
+  CU_CHECK(env, g_api.cuStreamSynchronize(s), "cuStreamSynchronize", "stream=" + Hex(reinterpret_cast<uintptr_t>(s)));
+  return env.Undefined();
+}
+
 }  // namespace
 
 void InitCuda(Napi::Env env, Napi::Object exports) {
@@ -479,6 +588,13 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
   fn("cudaWrite", Write);
   fn("cudaRead", Read);
   fn("cudaSynchronize", Synchronize);
+  fn("cudaEventCreate", EventCreate);
+  fn("cudaEventRecord", EventRecord);
+  fn("cudaEventQuery", EventQuery);
+  fn("cudaEventSynchronize", EventSynchronize);
+  fn("cudaEventDestroy", EventDestroy);
+  fn("cudaStreamWaitEvent", StreamWaitEvent);
+  fn("cudaStreamSynchronize", StreamSynchronize);
 }
 
 }  // namespace gmvmm

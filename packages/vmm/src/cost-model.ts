@@ -29,6 +29,18 @@ export interface CostTable {
   readonly memAddressFree: number;
   /** cuMemGetInfo, flat (not measured: an assumed 1 us). */
   readonly memGetInfo: number;
+  /**
+   * Streams and events, flat, on an idle device (events complete at once in the sim).
+   * Not measured on the H200 yet: assumed figures of the usual order of these calls.
+   */
+  readonly eventCreate: number;
+  readonly eventRecord: number;
+  readonly eventQuery: number;
+  readonly eventSynchronize: number;
+  readonly eventDestroy: number;
+  readonly streamWaitEvent: number;
+  readonly streamSynchronize: number;
+  readonly ctxSynchronize: number;
 }
 
 const MiB = 1024 * 1024;
@@ -52,6 +64,14 @@ export const H200_COSTS: CostTable = Object.freeze({
   memAddressReserve: (40.57 + 21.76 + 18.77 + 17.69) / 4,
   memAddressFree: (47.21 + 19.34 + 22.35 + 15.14) / 4,
   memGetInfo: 1,
+  eventCreate: 1,
+  eventRecord: 2,
+  eventQuery: 0.5,
+  eventSynchronize: 1,
+  eventDestroy: 1,
+  streamWaitEvent: 1.5,
+  streamSynchronize: 2,
+  ctxSynchronize: 3,
 });
 
 /**

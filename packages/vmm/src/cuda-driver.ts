@@ -3,10 +3,10 @@
  * on the device's primary context (retained here, released by close()). CUDA enforces
  * its own rules; nothing is checked twice here.
  */
-import type { DeviceInfo, MemInfo, PhysicalHandle } from "./driver.js";
+import type { DeviceInfo, EventHandle, MemInfo, PhysicalHandle } from "./driver.js";
 import { MeteredDriver } from "./metered-driver.js";
-import { loadNative, type NativeAddon, type NativeDevice, type NativeHandle } from "./native.js";
-import { INVALID_DEVICE, NO_DEVICE, checkBytes, vmmError } from "./vmm-error.js";
+import { loadNative, type NativeAddon, type NativeDevice, type NativeEvent, type NativeHandle } from "./native.js";
+import { INVALID_DEVICE, NO_DEVICE, checkBytes, checkStream, vmmError } from "./vmm-error.js";
 
 export interface CudaDriverOptions {
   /** Device ordinal (default 0). */
@@ -21,6 +21,7 @@ export class CudaDriver extends MeteredDriver {
   private readonly native: NativeAddon;
   private readonly dev: NativeDevice;
   private nextId = 1;
+  private nextEventId = 1;
   private closed = false;
 
   constructor(options: CudaDriverOptions = {}) {
@@ -90,6 +91,34 @@ export class CudaDriver extends MeteredDriver {
     this.native.cudaMemFree(this.dev, address);
   }
 
+  protected doEventCreate(): EventHandle {
+    return this.native.cudaEventCreate(this.dev, this.nextEventId++);
+  }
+  protected doEventRecord(event: EventHandle, stream: number): void {
+    checkStream("cuEventRecord", stream);
+    this.native.cudaEventRecord(this.dev, event as NativeEvent, stream);
+  }
+  protected doEventQuery(event: EventHandle): boolean {
+    return this.native.cudaEventQuery(this.dev, event as NativeEvent);
+  }
+  protected doEventSynchronize(event: EventHandle): void {
+    this.native.cudaEventSynchronize(this.dev, event as NativeEvent);
+  }
+  protected doEventDestroy(event: EventHandle): void {
+    this.native.cudaEventDestroy(this.dev, event as NativeEvent);
+  }
+  protected doStreamWaitEvent(stream: number, event: EventHandle): void {
+    checkStream("cuStreamWaitEvent", stream);
+    this.native.cudaStreamWaitEvent(this.dev, stream, event as NativeEvent);
+  }
+  protected doStreamSynchronize(stream: number): void {
+    checkStream("cuStreamSynchronize", stream);
+    this.native.cudaStreamSynchronize(this.dev, stream);
+  }
+  protected doCtxSynchronize(): void {
+    this.native.cudaSynchronize(this.dev);
+  }
+
   memset(address: number, value: number, size: number): void {
     checkBytes("cuMemsetD8", "ptr", address);
     checkBytes("cuMemsetD8", "size", size);
@@ -106,7 +135,7 @@ export class CudaDriver extends MeteredDriver {
     this.native.cudaRead(this.dev, address, out);
     return out;
   }
-  /** cuCtxSynchronize: waits for queued work (memset is asynchronous). */
+  /** cuCtxSynchronize, uncounted: waits for queued work (memset is asynchronous). Counted: ctxSynchronize(). */
   synchronize(): void {
     this.native.cudaSynchronize(this.dev);
   }

@@ -3,7 +3,7 @@
  * extend it and override the calls they change. Stats are the inner driver's, so timing
  * stays measured (or modelled) where the work happens.
  */
-import type { DeviceInfo, DriverName, DriverStats, MemInfo, PhysicalHandle, VmmDriver } from "./driver.js";
+import type { DeviceInfo, DriverName, DriverStats, EventHandle, MemInfo, PhysicalHandle, VmmDriver } from "./driver.js";
 
 export class DriverAdaptor implements VmmDriver {
   constructor(readonly inner: VmmDriver) {}
@@ -43,6 +43,30 @@ export class DriverAdaptor implements VmmDriver {
   }
   memFree(address: number): void {
     this.inner.memFree(address);
+  }
+  eventCreate(): EventHandle {
+    return this.inner.eventCreate();
+  }
+  eventRecord(event: EventHandle, stream: number): void {
+    this.inner.eventRecord(event, stream);
+  }
+  eventQuery(event: EventHandle): boolean {
+    return this.inner.eventQuery(event);
+  }
+  eventSynchronize(event: EventHandle): void {
+    this.inner.eventSynchronize(event);
+  }
+  eventDestroy(event: EventHandle): void {
+    this.inner.eventDestroy(event);
+  }
+  streamWaitEvent(stream: number, event: EventHandle): void {
+    this.inner.streamWaitEvent(stream, event);
+  }
+  streamSynchronize(stream: number): void {
+    this.inner.streamSynchronize(stream);
+  }
+  ctxSynchronize(): void {
+    this.inner.ctxSynchronize();
   }
   memset(address: number, value: number, size: number): void {
     this.inner.memset(address, value, size);

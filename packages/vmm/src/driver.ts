@@ -16,6 +16,16 @@ export interface PhysicalHandle {
   readonly size: number;
 }
 
+/**
+ * A CUDA event (cuEventCreate with CU_EVENT_DISABLE_TIMING; a bookkeeping record on host
+ * and sim). Opaque outside the driver; using one after eventDestroy is
+ * CUDA_ERROR_INVALID_HANDLE on every driver.
+ */
+export interface EventHandle {
+  /** Unique per driver instance, for bookkeeping and messages. */
+  readonly id: number;
+}
+
 export type DriverName = "cuda" | "host" | "sim";
 
 export interface Granularity {
@@ -51,6 +61,15 @@ export const DRIVER_CALLS = [
   "memGetInfo",
   "memAlloc",
   "memFree",
+  // Streams and events, appended so the indices above stay put (traces store them).
+  "eventCreate",
+  "eventRecord",
+  "eventQuery",
+  "eventSynchronize",
+  "eventDestroy",
+  "streamWaitEvent",
+  "streamSynchronize",
+  "ctxSynchronize",
 ] as const;
 export type DriverCall = (typeof DRIVER_CALLS)[number];
 
@@ -87,6 +106,27 @@ export interface VmmDriver {
   memAlloc(size: number): number;
   /** cuMemFree */
   memFree(address: number): void;
+
+  /*
+   * Streams and events. A stream is a raw CUstream value as a number (0 = the legacy
+   * default stream); host and sim have no queues, so their events complete at once.
+   */
+  /** cuEventCreate(CU_EVENT_DISABLE_TIMING). */
+  eventCreate(): EventHandle;
+  /** cuEventRecord: the event completes when the work queued on `stream` so far has. */
+  eventRecord(event: EventHandle, stream: number): void;
+  /** cuEventQuery: true when complete (CUDA_SUCCESS), false when CUDA_ERROR_NOT_READY. */
+  eventQuery(event: EventHandle): boolean;
+  /** cuEventSynchronize: blocks the calling thread until the event completes. */
+  eventSynchronize(event: EventHandle): void;
+  /** cuEventDestroy. */
+  eventDestroy(event: EventHandle): void;
+  /** cuStreamWaitEvent: work queued on `stream` after this waits for `event`. */
+  streamWaitEvent(stream: number, event: EventHandle): void;
+  /** cuStreamSynchronize: blocks until the work queued on `stream` is done. */
+  streamSynchronize(stream: number): void;
+  /** cuCtxSynchronize: blocks until all work in the context is done. */
+  ctxSynchronize(): void;
 
   /** Data access, so tests and the integrity checker can prove where bytes land. */
   memset(address: number, value: number, size: number): void;

@@ -6,10 +6,13 @@
  * driver, so it has no effect, as a failed CUDA call has none.
  */
 import { DriverAdaptor } from "./driver-adaptor.js";
-import { DRIVER_CALLS, type DriverCall, type MemInfo, type PhysicalHandle, type VmmDriver } from "./driver.js";
-import { INVALID_VALUE, OUT_OF_MEMORY, vmmError } from "./vmm-error.js";
+import { DRIVER_CALLS, type DriverCall, type EventHandle, type MemInfo, type PhysicalHandle, type VmmDriver } from "./driver.js";
+import { INVALID_HANDLE, INVALID_VALUE, LAUNCH_FAILED, OUT_OF_MEMORY, vmmError } from "./vmm-error.js";
 
-/** The error each call fails with by default: what the real driver returns when it runs out. */
+/**
+ * The error each call fails with by default: what the real driver returns when it runs
+ * out; for the waits, the asynchronous error of an earlier kernel that they report.
+ */
 export const FAULT_CODES: Readonly<Record<DriverCall, string>> = Object.freeze({
   memCreate: OUT_OF_MEMORY,
   memAlloc: OUT_OF_MEMORY,
@@ -21,6 +24,14 @@ export const FAULT_CODES: Readonly<Record<DriverCall, string>> = Object.freeze({
   memAddressFree: INVALID_VALUE,
   memUnmap: INVALID_VALUE,
   memFree: INVALID_VALUE,
+  eventCreate: OUT_OF_MEMORY,
+  eventRecord: INVALID_HANDLE,
+  eventQuery: LAUNCH_FAILED,
+  eventSynchronize: LAUNCH_FAILED,
+  eventDestroy: INVALID_HANDLE,
+  streamWaitEvent: INVALID_HANDLE,
+  streamSynchronize: LAUNCH_FAILED,
+  ctxSynchronize: LAUNCH_FAILED,
 });
 
 const CUDA_NAMES: Readonly<Record<DriverCall, string>> = {
@@ -34,6 +45,14 @@ const CUDA_NAMES: Readonly<Record<DriverCall, string>> = {
   memGetInfo: "cuMemGetInfo",
   memAlloc: "cuMemAlloc",
   memFree: "cuMemFree",
+  eventCreate: "cuEventCreate",
+  eventRecord: "cuEventRecord",
+  eventQuery: "cuEventQuery",
+  eventSynchronize: "cuEventSynchronize",
+  eventDestroy: "cuEventDestroy",
+  streamWaitEvent: "cuStreamWaitEvent",
+  streamSynchronize: "cuStreamSynchronize",
+  ctxSynchronize: "cuCtxSynchronize",
 };
 
 export interface FaultAt {
@@ -154,6 +173,38 @@ export class FaultDriver extends DriverAdaptor {
   override memFree(address: number): void {
     this.gate("memFree");
     this.inner.memFree(address);
+  }
+  override eventCreate(): EventHandle {
+    this.gate("eventCreate");
+    return this.inner.eventCreate();
+  }
+  override eventRecord(event: EventHandle, stream: number): void {
+    this.gate("eventRecord");
+    this.inner.eventRecord(event, stream);
+  }
+  override eventQuery(event: EventHandle): boolean {
+    this.gate("eventQuery");
+    return this.inner.eventQuery(event);
+  }
+  override eventSynchronize(event: EventHandle): void {
+    this.gate("eventSynchronize");
+    this.inner.eventSynchronize(event);
+  }
+  override eventDestroy(event: EventHandle): void {
+    this.gate("eventDestroy");
+    this.inner.eventDestroy(event);
+  }
+  override streamWaitEvent(stream: number, event: EventHandle): void {
+    this.gate("streamWaitEvent");
+    this.inner.streamWaitEvent(stream, event);
+  }
+  override streamSynchronize(stream: number): void {
+    this.gate("streamSynchronize");
+    this.inner.streamSynchronize(stream);
+  }
+  override ctxSynchronize(): void {
+    this.gate("ctxSynchronize");
+    this.inner.ctxSynchronize();
   }
 }
 

@@ -6,10 +6,11 @@
 import { totalmem } from "node:os";
 
 import { AddressSpace, PhysicalRecord } from "./address-space.js";
-import type { DeviceInfo, MemInfo, PhysicalHandle } from "./driver.js";
+import type { DeviceInfo, EventHandle, MemInfo, PhysicalHandle } from "./driver.js";
+import { EventBook } from "./event-book.js";
 import { MeteredDriver } from "./metered-driver.js";
 import { loadNative, type NativeAddon, type NativeHandle } from "./native.js";
-import { INVALID_VALUE, checkBytes, vmmError } from "./vmm-error.js";
+import { INVALID_VALUE, checkBytes, checkStream, vmmError } from "./vmm-error.js";
 
 export interface HostDriverOptions {
   /** Allocation granularity in bytes (default 2 MiB, the H200's); a multiple of the page size. */
@@ -29,6 +30,8 @@ export class HostDriver extends MeteredDriver {
   private readonly records = new WeakMap<object, PhysicalRecord>();
   private nextId = 1;
   private readonly strictUnmap: boolean;
+  /** Events: host memory has no queue, so they complete at once (see EventBook). */
+  readonly events = new EventBook();
 
   constructor(options: HostDriverOptions = {}) {
     super();
@@ -157,6 +160,30 @@ export class HostDriver extends MeteredDriver {
     const rec = this.space.freeAllocation("cuMemFree", address);
     this.native.hostMemFree(address, rec.size);
   }
+
+  protected doEventCreate(): EventHandle {
+    return this.events.create();
+  }
+  protected doEventRecord(event: EventHandle, stream: number): void {
+    this.events.record(event, stream);
+  }
+  protected doEventQuery(event: EventHandle): boolean {
+    this.events.check("cuEventQuery", event);
+    return true;
+  }
+  protected doEventSynchronize(event: EventHandle): void {
+    this.events.check("cuEventSynchronize", event);
+  }
+  protected doEventDestroy(event: EventHandle): void {
+    this.events.destroy(event);
+  }
+  protected doStreamWaitEvent(stream: number, event: EventHandle): void {
+    this.events.waitEvent(stream, event);
+  }
+  protected doStreamSynchronize(stream: number): void {
+    checkStream("cuStreamSynchronize", stream);
+  }
+  protected doCtxSynchronize(): void {}
 
   memset(address: number, value: number, size: number): void {
     checkBytes("memset", "ptr", address);

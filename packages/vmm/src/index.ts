@@ -1,6 +1,7 @@
 export * from "./driver.js";
 export { VmmError, DRIVER_NOT_FOUND, DRIVER_TOO_OLD, ADDON_NOT_LOADED } from "./vmm-error.js";
 export { MeteredDriver } from "./metered-driver.js";
+export { EventBook } from "./event-book.js";
 export { CudaDriver, type CudaDriverOptions } from "./cuda-driver.js";
 export { HostDriver, type HostDriverOptions } from "./host-driver.js";
 export { SimDriver, type SimDriverOptions, SIM_VA_BASE, SIM_VA_LIMIT } from "./sim-driver.js";

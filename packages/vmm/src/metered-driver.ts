@@ -10,6 +10,7 @@ import {
   type DriverCall,
   type DriverName,
   type DriverStats,
+  type EventHandle,
   type MemInfo,
   type PhysicalHandle,
   type VmmDriver,
@@ -26,6 +27,14 @@ const C_ACCESS = CALL_INDEX.memSetAccess;
 const C_INFO = CALL_INDEX.memGetInfo;
 const C_ALLOC = CALL_INDEX.memAlloc;
 const C_FREE = CALL_INDEX.memFree;
+const C_EV_CREATE = CALL_INDEX.eventCreate;
+const C_EV_RECORD = CALL_INDEX.eventRecord;
+const C_EV_QUERY = CALL_INDEX.eventQuery;
+const C_EV_SYNC = CALL_INDEX.eventSynchronize;
+const C_EV_DESTROY = CALL_INDEX.eventDestroy;
+const C_STREAM_WAIT = CALL_INDEX.streamWaitEvent;
+const C_STREAM_SYNC = CALL_INDEX.streamSynchronize;
+const C_CTX_SYNC = CALL_INDEX.ctxSynchronize;
 
 export function emptyStats(): DriverStats {
   const zero = () => Object.fromEntries(DRIVER_CALLS.map((c) => [c, 0])) as Record<DriverCall, number>;
@@ -63,6 +72,14 @@ export abstract class MeteredDriver implements VmmDriver {
   protected abstract doMemGetInfo(): MemInfo;
   protected abstract doMemAlloc(size: number): number;
   protected abstract doMemFree(address: number): void;
+  protected abstract doEventCreate(): EventHandle;
+  protected abstract doEventRecord(event: EventHandle, stream: number): void;
+  protected abstract doEventQuery(event: EventHandle): boolean;
+  protected abstract doEventSynchronize(event: EventHandle): void;
+  protected abstract doEventDestroy(event: EventHandle): void;
+  protected abstract doStreamWaitEvent(stream: number, event: EventHandle): void;
+  protected abstract doStreamSynchronize(stream: number): void;
+  protected abstract doCtxSynchronize(): void;
 
   abstract memset(address: number, value: number, size: number): void;
   abstract write(address: number, data: Uint8Array): void;
@@ -147,6 +164,71 @@ export abstract class MeteredDriver implements VmmDriver {
       this.doMemFree(address);
     } finally {
       this.done(C_FREE, t0);
+    }
+  }
+
+  eventCreate(): EventHandle {
+    const t0 = this.clockStart();
+    try {
+      return this.doEventCreate();
+    } finally {
+      this.done(C_EV_CREATE, t0);
+    }
+  }
+  eventRecord(event: EventHandle, stream: number): void {
+    const t0 = this.clockStart();
+    try {
+      this.doEventRecord(event, stream);
+    } finally {
+      this.done(C_EV_RECORD, t0);
+    }
+  }
+  eventQuery(event: EventHandle): boolean {
+    const t0 = this.clockStart();
+    try {
+      return this.doEventQuery(event);
+    } finally {
+      this.done(C_EV_QUERY, t0);
+    }
+  }
+  eventSynchronize(event: EventHandle): void {
+    const t0 = this.clockStart();
+    try {
+      this.doEventSynchronize(event);
+    } finally {
+      this.done(C_EV_SYNC, t0);
+    }
+  }
+  eventDestroy(event: EventHandle): void {
+    const t0 = this.clockStart();
+    try {
+      this.doEventDestroy(event);
+    } finally {
+      this.done(C_EV_DESTROY, t0);
+    }
+  }
+  streamWaitEvent(stream: number, event: EventHandle): void {
+    const t0 = this.clockStart();
+    try {
+      this.doStreamWaitEvent(stream, event);
+    } finally {
+      this.done(C_STREAM_WAIT, t0);
+    }
+  }
+  streamSynchronize(stream: number): void {
+    const t0 = this.clockStart();
+    try {
+      this.doStreamSynchronize(stream);
+    } finally {
+      this.done(C_STREAM_SYNC, t0);
+    }
+  }
+  ctxSynchronize(): void {
+    const t0 = this.clockStart();
+    try {
+      this.doCtxSynchronize();
+    } finally {
+      this.done(C_CTX_SYNC, t0);
     }
   }
 

@@ -14,6 +14,10 @@ export interface NativeHandle {
   readonly id: number;
   readonly size: number;
 }
+/** A CUDA event (type-tagged by the addon). */
+export interface NativeEvent {
+  readonly id: number;
+}
 /** A CUDA device with its retained primary context (type-tagged). */
 export type NativeDevice = object & { readonly __device: unique symbol };
 
@@ -41,6 +45,13 @@ export interface NativeAddon {
   cudaWrite(dev: NativeDevice, address: number, data: Uint8Array): void;
   cudaRead(dev: NativeDevice, address: number, out: Uint8Array): void;
   cudaSynchronize(dev: NativeDevice): void;
+  cudaEventCreate(dev: NativeDevice, id: number): NativeEvent;
+  cudaEventRecord(dev: NativeDevice, event: NativeEvent, stream: number): void;
+  cudaEventQuery(dev: NativeDevice, event: NativeEvent): boolean;
+  cudaEventSynchronize(dev: NativeDevice, event: NativeEvent): void;
+  cudaEventDestroy(dev: NativeDevice, event: NativeEvent): void;
+  cudaStreamWaitEvent(dev: NativeDevice, stream: number, event: NativeEvent): void;
+  cudaStreamSynchronize(dev: NativeDevice, stream: number): void;
 
   hostPageSize(): number;
   hostMemCreate(size: number, id: number): NativeHandle;
@@ -55,15 +66,6 @@ export interface NativeAddon {
   hostMemset(address: number, value: number, size: number): void;
   hostWrite(address: number, data: Uint8Array): void;
   hostRead(address: number, out: Uint8Array): void;
-
-  /**
-   * Test-only (bench/binding-overhead.mjs; the drivers never call it): runs the driver call
-   * behind addon function `call` `iterations` times in a C++ loop in this process, with
-   * that function's arguments minus the cuda device (cuda: on the current context), and
-   * returns the loop's time in microseconds. Pairs such as "cudaMemMap+cudaMemUnmap" or
-   * "hostMemCreate+hostMemRelease" run both calls per iteration.
-   */
-  benchLoop(call: string, iterations: number, ...args: unknown[]): number;
 }
 
 /** Where the addon is looked for: $GMLAKE_VMM_ADDON, else the package's build/Release. */

@@ -11,10 +11,11 @@
  */
 import { AddressSpace, PhysicalRecord } from "./address-space.js";
 import { type CostTable, type SizeCurve, curveUs, withCosts } from "./cost-model.js";
-import type { DeviceInfo, MemInfo, PhysicalHandle } from "./driver.js";
+import type { DeviceInfo, EventHandle, MemInfo, PhysicalHandle } from "./driver.js";
+import { EventBook } from "./event-book.js";
 import { MeteredDriver } from "./metered-driver.js";
 import { PageStore } from "./page-store.js";
-import { INVALID_VALUE, OUT_OF_MEMORY, checkBytes, vmmError } from "./vmm-error.js";
+import { INVALID_VALUE, OUT_OF_MEMORY, checkBytes, checkStream, vmmError } from "./vmm-error.js";
 
 const MiB = 1024 * 1024;
 
@@ -74,6 +75,8 @@ export class SimDriver extends MeteredDriver {
   /** Cost of the call in flight, set by the do* methods (modelled time, see clockElapsedUs). */
   private costUs = 0;
   private readonly strictUnmap: boolean;
+  /** Events: nothing runs asynchronously here, so they complete at once (see EventBook). */
+  readonly events = new EventBook();
   private readonly createCost: CostCurve;
   private readonly releaseCost: CostCurve;
   private readonly mapCost: CostCurve;
@@ -232,6 +235,39 @@ export class SimDriver extends MeteredDriver {
     checkBytes("cuMemFree", "ptr", address);
     const rec = this.space.freeAllocation("cuMemFree", address);
     this.costUs = this.freeCost.us(rec.size);
+  }
+
+  protected doEventCreate(): EventHandle {
+    this.costUs = this.costs.eventCreate;
+    return this.events.create();
+  }
+  protected doEventRecord(event: EventHandle, stream: number): void {
+    this.costUs = this.costs.eventRecord;
+    this.events.record(event, stream);
+  }
+  protected doEventQuery(event: EventHandle): boolean {
+    this.costUs = this.costs.eventQuery;
+    this.events.check("cuEventQuery", event);
+    return true;
+  }
+  protected doEventSynchronize(event: EventHandle): void {
+    this.costUs = this.costs.eventSynchronize;
+    this.events.check("cuEventSynchronize", event);
+  }
+  protected doEventDestroy(event: EventHandle): void {
+    this.costUs = this.costs.eventDestroy;
+    this.events.destroy(event);
+  }
+  protected doStreamWaitEvent(stream: number, event: EventHandle): void {
+    this.costUs = this.costs.streamWaitEvent;
+    this.events.waitEvent(stream, event);
+  }
+  protected doStreamSynchronize(stream: number): void {
+    this.costUs = this.costs.streamSynchronize;
+    checkStream("cuStreamSynchronize", stream);
+  }
+  protected doCtxSynchronize(): void {
+    this.costUs = this.costs.ctxSynchronize;
   }
 
   memset(address: number, value: number, size: number): void {

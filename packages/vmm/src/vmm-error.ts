@@ -26,6 +26,8 @@ export const OUT_OF_MEMORY = "CUDA_ERROR_OUT_OF_MEMORY";
 export const INVALID_DEVICE = "CUDA_ERROR_INVALID_DEVICE";
 export const NO_DEVICE = "CUDA_ERROR_NO_DEVICE";
 export const NOT_SUPPORTED = "CUDA_ERROR_NOT_SUPPORTED";
+export const INVALID_HANDLE = "CUDA_ERROR_INVALID_HANDLE";
+export const LAUNCH_FAILED = "CUDA_ERROR_LAUNCH_FAILED";
 
 /**
  * A VmmError in the native layer's message format: `call(args) failed: CODE (why)`.
@@ -38,6 +40,13 @@ export function vmmError(code: string, call: string, args: string | (() => strin
 
 export function hex(n: number): string {
   return `0x${n.toString(16)}`;
+}
+
+/** A stream is a raw CUstream value: a non-negative integer (0 = the legacy default stream). */
+export function checkStream(call: string, stream: number): void {
+  if (!Number.isSafeInteger(stream) || stream < 0) {
+    throw vmmError(INVALID_HANDLE, call, `stream=${String(stream)}`, "a stream is a raw CUstream value, a non-negative integer");
+  }
 }
 
 /** Sizes and addresses must be non-negative safe integers; anything else is CUDA_ERROR_INVALID_VALUE. */

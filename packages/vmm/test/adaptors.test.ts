@@ -123,3 +123,62 @@ describe("withFaults", () => {
     d.memRelease(h);
   });
 });
+
+describe("streams and events through the adaptors", () => {
+  it("withCapacity passes them through to the driver, which counts them", () => {
+    const sim = new SimDriver();
+    const d = withCapacity(sim, g);
+    const e = d.eventCreate();
+    d.eventRecord(e, 7);
+    expect(d.eventQuery(e)).toBe(true);
+    d.streamWaitEvent(0, e);
+    d.eventSynchronize(e);
+    d.streamSynchronize(7);
+    d.ctxSynchronize();
+    d.eventDestroy(e);
+    const s = sim.stats();
+    expect(s.calls.eventCreate + s.calls.eventRecord + s.calls.eventQuery + s.calls.eventDestroy).toBe(4);
+    expect(s.calls.streamWaitEvent + s.calls.eventSynchronize + s.calls.streamSynchronize + s.calls.ctxSynchronize).toBe(4);
+    expect(d.stats()).toEqual(s);
+    expect(sim.events.liveEvents).toBe(0);
+  });
+
+  it("withFaults fails a chosen stream or event call with the driver's error, with no effect", () => {
+    const sim = new SimDriver();
+    const d = withFaults(sim, {
+      at: [
+        { call: "eventCreate", ordinal: 1 },
+        { call: "eventRecord", ordinal: 1 },
+        { call: "eventSynchronize", ordinal: 1 },
+        { call: "streamSynchronize", ordinal: 1 },
+        { call: "ctxSynchronize", ordinal: 1, code: "CUDA_ERROR_ILLEGAL_ADDRESS" },
+      ],
+    });
+    expect(codeOf(() => d.eventCreate())).toBe("CUDA_ERROR_OUT_OF_MEMORY");
+    expect(sim.events.liveEvents).toBe(0); // the failed create made nothing
+    const e = d.eventCreate();
+    expect(codeOf(() => d.eventRecord(e, 0))).toBe("CUDA_ERROR_INVALID_HANDLE");
+    d.eventRecord(e, 0);
+    expect(codeOf(() => d.eventSynchronize(e))).toBe("CUDA_ERROR_LAUNCH_FAILED");
+    expect(codeOf(() => d.streamSynchronize(0))).toBe("CUDA_ERROR_LAUNCH_FAILED");
+    expect(codeOf(() => d.ctxSynchronize())).toBe("CUDA_ERROR_ILLEGAL_ADDRESS");
+    d.eventDestroy(e);
+    expect(d.injected.map((f) => f.call)).toEqual(["eventCreate", "eventRecord", "eventSynchronize", "streamSynchronize", "ctxSynchronize"]);
+    expect(sim.stats().calls.eventRecord).toBe(1); // the failed call never reached the driver
+    expect(FAULT_CODES.eventQuery).toBe("CUDA_ERROR_LAUNCH_FAILED");
+  });
+
+  it("the sim charges each stream and event call its modelled cost", () => {
+    const sim = new SimDriver({ costs: { eventRecord: 5 } });
+    const e = sim.eventCreate();
+    sim.eventRecord(e, 0);
+    sim.eventRecord(e, 1);
+    sim.ctxSynchronize();
+    sim.eventDestroy(e);
+    const t = sim.stats().timeUs;
+    expect(t.eventRecord).toBe(10);
+    expect(t.eventCreate).toBe(sim.costs.eventCreate);
+    expect(t.ctxSynchronize).toBe(sim.costs.ctxSynchronize);
+    expect(sim.stats().totalTimeUs).toBeCloseTo(10 + sim.costs.eventCreate + sim.costs.ctxSynchronize + sim.costs.eventDestroy);
+  });
+});

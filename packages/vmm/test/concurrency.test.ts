@@ -78,6 +78,11 @@ const { parentPort, workerData } = require("node:worker_threads");
       Atomics.add(gate, 2, 1);
       while (Atomics.load(gate, 2) < workerData.workers) Atomics.wait(gate, 2, Atomics.load(gate, 2), 5);
     }
+    // unmap only once the work queued on the memory is done (the live engine's rule)
+    const done = d.eventCreate();
+    d.eventRecord(done, 0);
+    d.eventSynchronize(done);
+    d.eventDestroy(done);
     d.memUnmap(alias, g);
     d.memAddressFree(alias, g);
     d.memUnmap(va, k * g);
@@ -118,6 +123,14 @@ const EXPECTED = {
   memGetInfo: 0,
   memAlloc: 0,
   memFree: 0,
+  eventCreate: ROUNDS,
+  eventRecord: ROUNDS,
+  eventQuery: 0,
+  eventSynchronize: ROUNDS,
+  eventDestroy: ROUNDS,
+  streamWaitEvent: 0,
+  streamSynchronize: 0,
+  ctxSynchronize: 0,
 };
 
 describe.each(["host", "sim", "cuda"] as const)(`%s drivers in ${WORKERS} worker threads at once`, (kind) => {

@@ -20,6 +20,9 @@ import {
 
 const PiB = 2 ** 50;
 const INVALID = "CUDA_ERROR_INVALID_VALUE";
+const INVALID_HANDLE = "CUDA_ERROR_INVALID_HANDLE";
+/** CU_STREAM_PER_THREAD: a second stream every driver knows without creating one. */
+const PER_THREAD_STREAM = 2;
 const OOM = "CUDA_ERROR_OUT_OF_MEMORY";
 
 interface Case {
@@ -276,10 +279,66 @@ describe.each(cases)("$name driver", (c) => {
       expect(codeOf(() => d.memFree(p))).toBe(INVALID);
     });
 
+    it("records, queries and waits on events over two streams, counting each call", () => {
+      d.resetStats();
+      const h = d.memCreate(g);
+      const va = reserve(g);
+      d.memMap(va, g, 0, h);
+      d.memSetAccess(va, g);
+      const a = d.eventCreate();
+      const b = d.eventCreate();
+      expect(a.id).not.toBe(b.id);
+      expect(d.eventQuery(a)).toBe(true); // never recorded: complete, as in CUDA
+      d.memset(va, 0x3c, g);
+      d.eventRecord(a, 0);
+      d.streamWaitEvent(PER_THREAD_STREAM, a); // the second stream's later work waits for the memset
+      d.eventRecord(b, PER_THREAD_STREAM);
+      d.eventSynchronize(b);
+      expect(d.eventQuery(a)).toBe(true);
+      expect(d.eventQuery(b)).toBe(true);
+      expect([...d.read(va + g - 2, 2)]).toEqual([0x3c, 0x3c]);
+      d.streamSynchronize(0);
+      d.streamSynchronize(PER_THREAD_STREAM);
+      d.ctxSynchronize();
+      d.eventDestroy(a);
+      d.eventDestroy(b);
+      d.memUnmap(va, g);
+      d.memAddressFree(va, g);
+      d.memRelease(h);
+      const s = d.stats();
+      expect(s.calls.eventCreate).toBe(2);
+      expect(s.calls.eventRecord).toBe(2);
+      expect(s.calls.eventQuery).toBe(3);
+      expect(s.calls.eventSynchronize).toBe(1);
+      expect(s.calls.eventDestroy).toBe(2);
+      expect(s.calls.streamWaitEvent).toBe(1);
+      expect(s.calls.streamSynchronize).toBe(2);
+      expect(s.calls.ctxSynchronize).toBe(1);
+      expect(s.totalCalls).toBe(7 + 14);
+    });
+
+    it("refuses a destroyed or foreign event and a bad stream with CUDA_ERROR_INVALID_HANDLE", () => {
+      const e = d.eventCreate();
+      expect(codeOf(() => d.eventRecord(e, -1))).toBe(INVALID_HANDLE);
+      expect(codeOf(() => d.eventRecord(e, 0.5))).toBe(INVALID_HANDLE);
+      expect(codeOf(() => d.streamSynchronize(-1))).toBe(INVALID_HANDLE);
+      d.eventDestroy(e);
+      expect(codeOf(() => d.eventRecord(e, 0))).toBe(INVALID_HANDLE);
+      expect(codeOf(() => d.eventQuery(e))).toBe(INVALID_HANDLE);
+      expect(codeOf(() => d.eventSynchronize(e))).toBe(INVALID_HANDLE);
+      expect(codeOf(() => d.streamWaitEvent(0, e))).toBe(INVALID_HANDLE);
+      expect(codeOf(() => d.eventDestroy(e))).toBe(INVALID_HANDLE);
+      const foreign = { id: e.id };
+      expect(codeOf(() => d.eventRecord(foreign, 0))).toBe(INVALID_HANDLE);
+      expect(codeOf(() => d.eventQuery(foreign))).toBe(INVALID_HANDLE);
+      expect(codeOf(() => d.eventDestroy(foreign))).toBe(INVALID_HANDLE);
+    });
+
     it("leaves nothing behind", () => {
       expect(d.memGetInfo().freeBytes).toBe(baselineFree);
       if (c.name === "host" || c.name === "sim") {
         expect((d as HostDriver | SimDriver).leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
+        expect((d as HostDriver | SimDriver).events.liveEvents).toBe(0);
       }
       if (c.name === "host") expect(ourMaps(reserved)).toEqual(baselineMaps);
     });
