@@ -5,21 +5,21 @@
  * On a host with several GPUs it runs one worker process per GPU (CUDA_VISIBLE_DEVICES).
  */
 import { fork } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus, hostname } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { OutputError, checkOutputDir, checkOutputs, terminalSafe, writeOutputFile, writeStdout, type OutputTarget } from "@gmlake/output";
 import { listPolicies } from "@gmlake/stitch";
 import { probeCuda } from "@gmlake/vmm";
 import { defaultTraceDir, findTraces, traceLabel } from "./find-traces.js";
 import { recordedFigures, type Recorded } from "./recorded.js";
 import { markdownSummary } from "./summary.js";
 import { runTask, type Task, type TaskResult } from "./task.js";
-import { writeTracePlots } from "./plots.js";
+import { plotFileName, writeTracePlots } from "./plots.js";
 
 const HELP = `Usage: gmlake-bench [--traces DIR] [--policies a,b] [--drivers auto|sim,cuda,host]
                     [--capacity-factor 1.02] [--integrity on|full|off] [--workers N] [--cpu-workers N]
-                    [--only NAME,...] [--no-warmup] [--out DIR]
+                    [--only NAME,...] [--no-warmup] [--out DIR] [--force]
 
 Replays every trace in DIR (default ../shared/traces, sub-folders included) with every
 policy on each driver, and writes DIR_OUT/results.json, summary.md and <trace>.svg.
@@ -27,6 +27,8 @@ policy on each driver, and writes DIR_OUT/results.json, summary.md and <trace>.s
 sim run per trace x policy under a capacity of F x the trace's peak requested bytes.
 Before its first cuda task a worker makes a few driver calls of each kind, untimed, so
 that the driver's lazy first-use cost does not land on the first trace (--no-warmup).
+The output files are checked before the first run: existing ones are replaced only
+with --force; each is written whole (temporary file + rename) or not at all.
 Example: gmlake-bench --drivers auto --capacity-factor 1.02 --out bench-results`;
 
 interface Args {
@@ -41,11 +43,12 @@ interface Args {
   only: string[] | null;
   out: string;
   warmUp: boolean;
+  force: boolean;
 }
 
-function fail(msg: string): never {
-  process.stderr.write(`gmlake-bench: ${msg}\n`);
-  process.exit(2);
+function fail(msg: string, code = 2): never {
+  process.stderr.write(`gmlake-bench: ${terminalSafe(msg)}\n`);
+  process.exit(code);
 }
 
 function parse(argv: string[]): Args {
@@ -64,6 +67,7 @@ function parse(argv: string[]): Args {
         "no-warmup": { type: "boolean" },
         only: { type: "string" },
         out: { type: "string" },
+        force: { type: "boolean", short: "f" },
         help: { type: "boolean", short: "h" },
       },
     }).values;
@@ -71,7 +75,7 @@ function parse(argv: string[]): Args {
     fail((e as Error).message);
   }
   if (v.help) {
-    process.stdout.write(HELP + "\n");
+    writeStdout(HELP + "\n");
     process.exit(0);
   }
   const registered = listPolicies().map((p) => p.name);
@@ -105,6 +109,7 @@ function parse(argv: string[]): Args {
     only: v.only ? v.only.split(",") : null,
     out: v.out ?? "bench-results",
     warmUp: !v["no-warmup"],
+    force: Boolean(v.force),
   };
 }
 
@@ -157,7 +162,15 @@ async function main(): Promise<void> {
   let traces = files.map((path) => ({ path, trace: traceLabel(a.traceDir, path) }));
   if (a.only) traces = traces.filter((t) => a.only!.some((o) => t.trace === o || t.trace.startsWith(o)));
   if (traces.length === 0) fail(`no traces (*.pickle, *.pickle.gz) in ${a.traceDir}`);
-  mkdirSync(a.out, { recursive: true });
+  let outputs: OutputTarget[];
+  try {
+    const dir = checkOutputDir(a.out, { option: "--out" });
+    const names = ["results.json", "summary.md", ...traces.map((t) => plotFileName(t.trace))];
+    outputs = checkOutputs(names.map((n) => ({ path: join(dir, n), option: "--out" })), { inputs: traces.map((t) => t.path), force: a.force });
+  } catch (e) {
+    fail((e as Error).message);
+  }
+  const [resultsFile, summaryFile, ...plotFiles] = outputs;
 
   const recorded: Recorded[] = [];
   for (const t of traces) recorded.push(await recordedFigures(t.trace, t.path));
@@ -178,7 +191,7 @@ async function main(): Promise<void> {
   const onDone = (r: TaskResult) => {
     results.push(r);
     const status = r.error ? `ERROR ${r.error}` : `util ${r.utilization.toFixed(3)}${r.oom ? " OOM" : ""}, ${(r.eventsPerSecond / 1e6).toFixed(2)} M ev/s`;
-    process.stderr.write(`[${results.length}/${tasks.length}] ${((Date.now() - t0) / 1000).toFixed(0)}s ${r.trace} ${r.policy} ${r.driver}${r.capacityNote ? ` @${r.capacityNote}` : ""}: ${status}\n`);
+    process.stderr.write(terminalSafe(`[${results.length}/${tasks.length}] ${((Date.now() - t0) / 1000).toFixed(0)}s ${r.trace} ${r.policy} ${r.driver}${r.capacityNote ? ` @${r.capacityNote}` : ""}: ${status}`) + "\n");
   };
   const gpuTasks = tasks.filter((t) => t.driver === "cuda");
   const cpuTasks = tasks.filter((t) => t.driver !== "cuda");
@@ -200,10 +213,15 @@ async function main(): Promise<void> {
     : `${cpus()[0]?.model ?? "CPU"} x${cpus().length}, no GPU, host ${hostname()}`;
   const command = `gmlake-bench ${argv.join(" ")}`.trim();
   const date = new Date().toISOString();
-  await writeTracePlots(a.out, traces, results, recorded);
-  for (const r of results) delete r.reservedCurve;
-  writeFileSync(join(a.out, "results.json"), JSON.stringify({ date, machine, command, recorded, results }, null, 1) + "\n");
-  writeFileSync(join(a.out, "summary.md"), markdownSummary({ date, machine, command, results, recorded }));
+  try {
+    await writeTracePlots(plotFiles, traces, results, recorded);
+    for (const r of results) delete r.reservedCurve;
+    writeOutputFile(resultsFile!, JSON.stringify({ date, machine, command, recorded, results }, null, 1) + "\n");
+    writeOutputFile(summaryFile!, markdownSummary({ date, machine, command, results, recorded }));
+  } catch (e) {
+    if (e instanceof OutputError) fail(e.message, 3);
+    throw e;
+  }
   process.stderr.write(`wrote ${join(a.out, "results.json")}, summary.md and ${traces.length} plots in ${((Date.now() - t0) / 1000).toFixed(0)} s\n`);
   const bad = results.filter((r) => r.error || r.integrityErrors > 0);
   if (bad.length) {

@@ -59,5 +59,13 @@ describe("gmlake-bench", () => {
     expect(md).toMatch(/\| train_default \| caching \| sim \|/);
     expect(md).toMatch(/PyTorch default: reserved/);
     expect(readdirSync(out).filter((f) => f.endsWith(".svg")).sort()).toEqual(["train_default.svg", "train_expandable.svg"]);
+    // A second run into the same folder is refused before any work, unless --force.
+    const again = bench(["--traces", SMALL, "--only", "train_default", "--policies", "caching", "--out", out]);
+    expect(again.status).toBe(2);
+    expect(again.stderr).toMatch(/^gmlake-bench: --out .*results\.json: exists \(pass --force to replace it\)\n$/);
+    expect(readFileSync(join(out, "summary.md"), "utf8")).toBe(md);
+    const forced = bench(["--traces", SMALL, "--only", "train_default", "--policies", "caching", "--out", out, "--force"]);
+    expect(forced.status, forced.stderr).toBe(0);
+    expect(readFileSync(join(out, "summary.md"), "utf8")).not.toBe(md);
   });
 });

@@ -1,6 +1,8 @@
 /**
- * Errors the CLI reports as one line. `UsageError` and bad input exit 2; anything else
- * that escapes a command is an internal failure and exits 1.
+ * Errors the CLI reports as one line. `UsageError` and bad input exit 2 (an output path
+ * that is wrong, found before the work, is bad input too); an output the system refused
+ * to take (disk full, read-only, stdout closed) exits 3; anything else that escapes a
+ * command is an internal failure and exits 1.
  */
 export class UsageError extends Error {
   readonly code = "USAGE";
@@ -13,6 +15,12 @@ export class UsageError extends Error {
 export const EXIT_OK = 0;
 export const EXIT_INTERNAL = 1;
 export const EXIT_BAD_INPUT = 2;
+export const EXIT_OUTPUT = 3;
+
+/** A result that could not be written (an OutputError of kind "write"). */
+export function isOutputError(e: unknown): e is Error {
+  return e instanceof Error && e.name === "OutputError" && (e as { kind?: unknown }).kind === "write";
+}
 
 /** Errors that mean "your input is wrong": exit 2 with one line (main.ts; the fuzz tests classify with it too). */
 export function isInputError(e: unknown): e is Error {
@@ -22,6 +30,7 @@ export function isInputError(e: unknown): e is Error {
     e instanceof UsageError ||
     e.name === "SnapshotError" ||
     e.name === "TraceInputError" ||
+    (e.name === "OutputError" && (e as { kind?: unknown }).kind === "path") ||
     (typeof code === "string" && (code.startsWith("ERR_PARSE_ARGS") || code === "ENOENT" || code === "EISDIR" || code === "EACCES"))
   );
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 import { parseArgs } from "node:util";
-import { EXIT_BAD_INPUT, EXIT_INTERNAL, UsageError, isInputError } from "./cli-error.js";
+import { terminalSafe } from "@gmlake/output";
+import { EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OUTPUT, UsageError, isInputError, isOutputError } from "./cli-error.js";
 import type { Command } from "./command.js";
 import { COMMANDS } from "./commands/index.js";
+import { printText } from "./outputs.js";
 
 const HELP = `gmlake: how much GPU memory each allocator wastes on your PyTorch job
 
@@ -13,7 +15,8 @@ ${COMMANDS.map((c) => `  ${c.name.padEnd(9)} ${c.summary}`).join("\n")}
 
 Run 'gmlake <command> --help' for a command's options and an example.
 Without a trace argument, compare runs on a small embedded trace.
-Exit codes: 0 success (an out-of-memory found by a replay is a result), 2 bad input or usage, 1 internal failure.`;
+Exit codes: 0 success (an out-of-memory found by a replay is a result), 2 bad input or usage,
+3 an output could not be written (disk full, read-only, stdout closed), 1 internal failure.`;
 
 /** `--export FORMAT FILE` takes two words; parseArgs takes one, so join them as FORMAT=FILE. */
 function joinExportArgs(argv: string[]): string[] {
@@ -38,7 +41,7 @@ async function runCommand(cmd: Command, argv: string[]): Promise<void> {
     strict: true,
   });
   if (values.help) {
-    process.stdout.write(cmd.help.trimEnd() + "\n");
+    printText(cmd.help);
     return;
   }
   if (cmd.positionals === "one" && positionals.length !== 1) {
@@ -58,11 +61,11 @@ export async function main(argv: string[]): Promise<number> {
       return EXIT_BAD_INPUT;
     }
     if (name === "--help" || name === "-h" || name === "help") {
-      process.stdout.write(HELP + "\n");
+      printText(HELP);
       return 0;
     }
     if (name === "--version" || name === "-V") {
-      process.stdout.write("gmlake 0.1.0\n");
+      printText("gmlake 0.1.0");
       return 0;
     }
     const cmd = COMMANDS.find((c) => c.name === name);
@@ -70,21 +73,28 @@ export async function main(argv: string[]): Promise<number> {
     await runCommand(cmd, rest);
     return 0;
   } catch (e) {
-    if (isInputError(e)) {
-      process.stderr.write(`gmlake: ${e.message.split("\n")[0]}\n`);
-      return EXIT_BAD_INPUT;
-    }
-    const msg = e instanceof Error ? e.message.split("\n")[0] : String(e);
-    process.stderr.write(`gmlake: internal error: ${msg}\n`);
+    // One line, with whatever of the user's data it quotes made safe for a terminal.
+    const line = (e instanceof Error ? e.message : String(e)).split("\n")[0]!;
+    if (isInputError(e)) return report(line, EXIT_BAD_INPUT);
+    if (isOutputError(e)) return report(line, EXIT_OUTPUT);
+    report(`internal error: ${line}`, EXIT_INTERNAL);
     if (process.env.GMLAKE_DEBUG && e instanceof Error) process.stderr.write(`${e.stack}\n`);
     return EXIT_INTERNAL;
   }
 }
 
-// EPIPE (e.g. `gmlake compare | head`) is not an error worth a stack trace.
-process.stdout.on("error", (e: NodeJS.ErrnoException) => {
-  if (e.code === "EPIPE") process.exit(0);
-});
+function report(line: string, code: number): number {
+  try {
+    process.stderr.write(`gmlake: ${terminalSafe(line)}\n`);
+  } catch {
+    // stderr is gone too: the exit code still tells
+  }
+  return code;
+}
+
+// Output goes through writeStdout (outputs.ts), which raises write errors itself; a
+// stray stream error (EPIPE after the last write) must not become an uncaught exception.
+process.stdout.on("error", () => {});
 
 const code = await main(process.argv.slice(2));
 process.exitCode = code;

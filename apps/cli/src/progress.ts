@@ -1,3 +1,5 @@
+import { terminalSafe } from "@gmlake/output";
+
 /**
  * A progress bar on stderr, drawn only on a TTY and only once work has run for a second,
  * so that piped output and quick commands stay clean.
@@ -25,7 +27,7 @@ export class Progress {
     const frac = total > 0 ? Math.min(1, done / total) : 0;
     const filled = Math.round(frac * width);
     const bar = "#".repeat(filled) + "-".repeat(width - filled);
-    this.out.write(`\r${this.label} [${bar}] ${(frac * 100).toFixed(0).padStart(3)}% ${note}`.slice(0, 120) + "\x1b[K");
+    this.out.write(`\r${this.label} [${bar}] ${(frac * 100).toFixed(0).padStart(3)}% ${terminalSafe(note)}`.slice(0, 120) + "\x1b[K");
     this.drawn = true;
   }
 

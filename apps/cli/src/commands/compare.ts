@@ -1,12 +1,12 @@
 import { computeStats } from "@gmlake/trace";
 import { listPolicies } from "@gmlake/stitch";
-import { mkdirSync } from "node:fs";
+import { checkOutputDir, checkOutputs } from "@gmlake/output";
 import { join } from "node:path";
 import { UsageError } from "../cli-error.js";
 import type { Command } from "../command.js";
-import { loadTrace } from "../load-trace.js";
+import { loadTrace, nameOf } from "../load-trace.js";
 import { parseCapacity, parseDriver, parsePolicies, parseSets } from "../options.js";
-import { writePlot } from "../outputs.js";
+import { printJson, printText, traceInputs, writePlot } from "../outputs.js";
 import { Progress } from "../progress.js";
 import { runReplay, type ReplayRow } from "../run-replay.js";
 import { formatBytes } from "../sizes.js";
@@ -66,10 +66,11 @@ export const compareCommand: Command = {
     json: { type: "boolean" },
     markdown: { type: "boolean" },
     plot: { type: "string" },
+    force: { type: "boolean", short: "f" },
   },
   help: `Usage: gmlake compare [trace...] [--policies caching,expandable,gmlake,vms]
                       [--driver sim|host|cuda|auto] [--capacity 80GiB]
-                      [--set key=value ...] [--json | --markdown] [--plot DIR]
+                      [--set key=value ...] [--json | --markdown] [--plot DIR] [--force]
 
 Replays each trace with each policy and prints one row per trace x policy, next to
 what PyTorch itself recorded in the trace: peak requested (requested bytes of live
@@ -88,6 +89,8 @@ Options:
   --json          {rows: [replay rows as in 'replay --json'], recorded: [...]}
   --markdown      a Markdown table
   --plot DIR      one SVG per trace: allocated and each policy's reserved over time
+                  (DIR is created; checked before the replays)
+  --force, -f     replace existing SVGs in the --plot DIR
 
 Examples:
   gmlake compare
@@ -100,14 +103,22 @@ Examples:
     const driver = parseDriver(values.driver);
     const capacity = parseCapacity(values.capacity);
     const sets = parseSets(values.set);
-    if (values.plot !== undefined) mkdirSync(String(values.plot), { recursive: true });
     const paths = positionals.length ? positionals : [undefined];
+    // Every SVG is checked before the first replay (not an input, not clobbered without --force).
+    const plotDir = values.plot === undefined ? undefined : checkOutputDir(String(values.plot), { option: "--plot" });
+    const plots =
+      plotDir === undefined
+        ? []
+        : checkOutputs(
+            paths.map((p) => ({ path: join(plotDir, `${safeName(nameOf(p))}.svg`), option: "--plot" })),
+            { inputs: traceInputs(positionals), force: Boolean(values.force) },
+          );
     const rows: ReplayRow[] = [];
     const recorded: RecordedRow[] = [];
     const lines: Line[] = [];
     const progress = new Progress("compare");
     let done = 0;
-    for (const p of paths) {
+    for (const [ti, p] of paths.entries()) {
       const t = await loadTrace(p);
       const s = t.snapshot;
       const st = computeStats(s.events, { roundupPower2Divisions: s.allocatorSettings.roundupPower2Divisions });
@@ -131,18 +142,17 @@ Examples:
         if (result.log) series.push({ label: policy, log: result.log });
         done++;
       }
-      if (values.plot !== undefined) writePlot(join(String(values.plot), `${safeName(t.name)}.svg`), t.name, series, s.events);
+      if (plots[ti]) writePlot(plots[ti], t.name, series, s.events);
     }
     progress.done();
     if (values.json) {
       const out: CompareJson = { rows, recorded };
-      process.stdout.write(JSON.stringify(out) + "\n");
+      printJson(out);
     } else if (values.markdown) {
-      process.stdout.write(markdownTable(lines, COLUMNS) + "\n");
+      printText(markdownTable(lines, COLUMNS));
     } else {
-      process.stdout.write(textTable(lines, COLUMNS) + "\n");
       const oomNote = capacity !== undefined ? ` under a capacity of ${formatBytes(capacity)}` : "";
-      process.stdout.write(`\n${rows.length} replays on the ${driver} driver${oomNote}; utilization = peak requested (the same for every allocator) / peak reserved.\n`);
+      printText(textTable(lines, COLUMNS) + `\n\n${rows.length} replays on the ${driver} driver${oomNote}; utilization = peak requested (the same for every allocator) / peak reserved.\n`);
     }
   },
 };

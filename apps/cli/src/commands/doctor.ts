@@ -1,5 +1,6 @@
 import { describeProbe, probeCuda } from "@gmlake/vmm";
 import type { Command } from "../command.js";
+import { printJson, printText } from "../outputs.js";
 
 export const doctor: Command = {
   name: "doctor",
@@ -18,10 +19,10 @@ Example:
   async run(values) {
     const p = probeCuda();
     if (values.json) {
-      process.stdout.write(JSON.stringify(p) + "\n");
+      printJson(p);
       return;
     }
-    process.stdout.write(describeProbe(p).trimEnd() + "\n");
-    if (!p.ok) process.stdout.write("drivers available: host (real stitching of host memory), sim (H200 cost model)\n");
+    printText(describeProbe(p).trimEnd());
+    if (!p.ok) printText("drivers available: host (real stitching of host memory), sim (H200 cost model)");
   },
 };

@@ -5,6 +5,7 @@ import type { Command } from "../command.js";
 import { loadTrace } from "../load-trace.js";
 import { asUsage } from "../options.js";
 import { formatBytes } from "../sizes.js";
+import { printJson, printText } from "../outputs.js";
 
 export interface InspectJson {
   trace: string;
@@ -104,7 +105,7 @@ Example:
       gzip: s.gzip,
     };
     if (values.json) {
-      process.stdout.write(JSON.stringify(out) + "\n");
+      printJson(out);
       return;
     }
     const mode = s.allocatorSettings.expandableSegments ? "expandable segments" : "caching (default)";
@@ -123,6 +124,6 @@ Example:
     }
     const unknown = Object.entries(out.unknownActions);
     if (unknown.length) lines.push(`  skipped actions  ${unknown.map(([a, n]) => `${a} x${n}`).join(", ")}`);
-    process.stdout.write(lines.join("\n") + "\n");
+    printText(lines.join("\n"));
   },
 };

@@ -1,7 +1,7 @@
-import { writeFileSync } from "node:fs";
 import { UsageError } from "../cli-error.js";
 import type { Command } from "../command.js";
-import { writeExport, writePlot, EXPORT_FORMATS } from "../outputs.js";
+import { checkOutputs } from "@gmlake/output";
+import { EXPORT_FORMATS, printJson, printText, traceInputs, writeExport, writePlot } from "../outputs.js";
 import { loadTrace } from "../load-trace.js";
 import { checkPolicy, parseCapacity, parseDriver, parseSets } from "../options.js";
 import { runReplay, type ReplayRow } from "../run-replay.js";
@@ -21,10 +21,11 @@ export const replayCommand: Command = {
     export: { type: "string", multiple: true },
     integrity: { type: "string" },
     invariants: { type: "boolean" },
+    force: { type: "boolean", short: "f" },
   },
   help: `Usage: gmlake replay [trace] --policy <name> [--driver sim|host|cuda|auto]
                      [--capacity 80GiB] [--set key=value ...] [--json]
-                     [--plot FILE.svg] [--export memory-viz|perfetto|rmm-csv FILE]
+                     [--plot FILE.svg] [--export memory-viz|perfetto|rmm-csv FILE] [--force]
 
 Replays the trace's allocations and frees (memory returns at free_completed, as in
 PyTorch) through an allocator policy on a driver, and reports peak requested, peak
@@ -49,6 +50,9 @@ Options:
   --plot FILE    an SVG of allocated and reserved over the replay
   --export F FILE  the replayed allocator's history: memory-viz (a snapshot pickle that
                  PyTorch's memory viewer opens), perfetto (Chrome trace JSON), rmm-csv
+  --force, -f    replace existing --plot / --export files (never the input trace).
+                 Output paths are checked before the replay; files are written whole
+                 (temporary file + rename) or not at all
 
 Examples:
   gmlake replay ../shared/traces/llama1b_lora.pickle.gz --policy gmlake --json
@@ -64,6 +68,12 @@ Examples:
       throw new UsageError(`invalid --integrity '${integrityArg}': expected on, off or full`);
     }
     const exports = parseExports(values.export as string[] | undefined);
+    // Checked before any work: not the input, no existing file without --force, a writable directory.
+    const targets = checkOutputs(
+      [...(values.plot !== undefined ? [{ path: String(values.plot), option: "--plot" }] : []), ...exports.map((e) => ({ path: e.file, option: `--export ${e.format}` }))],
+      { inputs: traceInputs(positionals), force: Boolean(values.force) },
+    );
+    const plotTarget = values.plot !== undefined ? targets.shift() : undefined;
     const t = await loadTrace(positionals[0]);
     const record = values.plot !== undefined || exports.length > 0;
     const { row, result } = runReplay(t, {
@@ -75,13 +85,13 @@ Examples:
       checkInvariants: Boolean(values.invariants),
       record,
     });
-    if (values.plot !== undefined && result.log) writePlot(String(values.plot), t.name, [{ label: policy, log: result.log }], t.snapshot.events);
-    for (const e of exports) if (result.log) writeExport(e.format, e.file, result.log, t.snapshot.allocatorSettings);
+    if (plotTarget && result.log) writePlot(plotTarget, t.name, [{ label: policy, log: result.log }], t.snapshot.events);
+    if (result.log) exports.forEach((e, i) => writeExport(e.format, targets[i]!, result.log!, t.snapshot.allocatorSettings));
     if (values.json) {
-      process.stdout.write(JSON.stringify(row) + "\n");
+      printJson(row);
       return;
     }
-    process.stdout.write(describeRow(row) + "\n");
+    printText(describeRow(row));
   },
 };
 

@@ -3,6 +3,7 @@ import type { Command } from "../command.js";
 import { loadTrace } from "../load-trace.js";
 import { asUsage, checkPolicy } from "../options.js";
 import { formatBytes } from "../sizes.js";
+import { printJson, printText } from "../outputs.js";
 
 export interface VerifyJson {
   trace: string;
@@ -60,7 +61,7 @@ Example:
         match: r.match,
       };
       if (values.json) {
-        process.stdout.write(JSON.stringify(out) + "\n");
+        printJson(out);
         continue;
       }
       const lines = [
@@ -74,7 +75,7 @@ Example:
         const show = (e: typeof f.recorded) => (e ? `${e.kind} ${e.size} B` : "nothing");
         lines.push(`  first mismatch  segment event #${f.index}: recorded ${show(f.recorded)}, replayed ${show(f.replayed)}`);
       }
-      process.stdout.write(lines.join("\n") + "\n");
+      printText(lines.join("\n"));
     }
   },
 };

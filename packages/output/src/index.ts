@@ -1,0 +1,21 @@
+export {
+  OutputError,
+  OUTPUT_EXISTS,
+  OUTPUT_IS_INPUT,
+  OUTPUT_NOT_A_DIRECTORY,
+  OUTPUT_NOT_A_FILE,
+  OUTPUT_TWICE,
+  describeErrno,
+  errnoCode,
+  type OutputErrorKind,
+} from "./output-error.js";
+export {
+  checkOutputDir,
+  checkOutputFile,
+  checkOutputs,
+  writeOutputFile,
+  type OutputCheckOptions,
+  type OutputTarget,
+} from "./output-file.js";
+export { writeFd, writeStdout } from "./stdout.js";
+export { terminalSafe } from "./terminal-text.js";

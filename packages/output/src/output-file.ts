@@ -1,0 +1,237 @@
+/**
+ * Output files, checked before the work and written atomically.
+ *
+ * checkOutputFile() runs before a command does anything expensive and refuses, as a
+ * "path" OutputError: a path that is one of the inputs (same device and inode, so links
+ * count), an existing regular file without `force`, a directory, a parent directory that
+ * is missing or not writable, and the same output given twice (checkOutputs).
+ *
+ * writeOutputFile() writes to a temporary file in the target's own directory (same file
+ * system, so rename is atomic), fsyncs it and moves it into place: rename with `force`,
+ * else link (which fails if the name appeared meanwhile: no silent clobbering even in a
+ * race). On any failure the temporary file is removed, so a full disk never leaves a
+ * partial file under the final name. An existing non-regular target (/dev/stdout, a
+ * FIFO, /dev/full) is written in place: renaming over a device node would replace it.
+ */
+import {
+  accessSync,
+  closeSync,
+  constants,
+  fsyncSync,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  realpathSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  type Stats,
+} from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
+
+import {
+  OUTPUT_EXISTS,
+  OUTPUT_IS_INPUT,
+  OUTPUT_NOT_A_DIRECTORY,
+  OUTPUT_NOT_A_FILE,
+  OUTPUT_TWICE,
+  OutputError,
+  describeErrno,
+  errnoCode,
+  writeError,
+} from "./output-error.js";
+import { writeFd } from "./stdout.js";
+
+export interface OutputCheckOptions {
+  /** Replace an existing regular file (the CLI's --force). */
+  readonly force?: boolean;
+  /** Paths the command reads: the output may be none of them. */
+  readonly inputs?: readonly (string | undefined)[];
+  /** The option that named the path, for messages ("--plot"). */
+  readonly option?: string;
+}
+
+/** A checked output path: write it with writeOutputFile. */
+export interface OutputTarget {
+  /** As the user gave it (for messages). */
+  readonly path: string;
+  /** The file really written (symbolic links followed). */
+  readonly file: string;
+  /** Written in place (an existing device, FIFO or socket), not via a temporary file. */
+  readonly inPlace: boolean;
+  readonly force: boolean;
+}
+
+function statOrNull(path: string, follow = true): Stats | null {
+  try {
+    return follow ? statSync(path) : lstatSync(path);
+  } catch (e) {
+    if (errnoCode(e) === "ENOENT") return null;
+    throw e;
+  }
+}
+
+function pathError(code: string, path: string, option: string | undefined, why: string): OutputError {
+  return new OutputError("path", code, path, `${option ? `${option} ` : ""}${path}: ${why}`);
+}
+
+/** The target a path names: a dangling or live symbolic link is followed to its target. */
+function realTarget(path: string): string {
+  const abs = resolve(path);
+  const l = statOrNull(abs, false);
+  if (l?.isSymbolicLink()) {
+    try {
+      return realpathSync(abs);
+    } catch {
+      return abs; // dangling: writing creates a file beside the link, not through it
+    }
+  }
+  return abs;
+}
+
+function sameFile(a: Stats, b: Stats): boolean {
+  return a.dev === b.dev && a.ino === b.ino;
+}
+
+/** Checks an output file before the work; throws a "path" OutputError. */
+export function checkOutputFile(path: string, options: OutputCheckOptions = {}): OutputTarget {
+  const opt = options.option;
+  if (path === "") throw pathError(OUTPUT_NOT_A_FILE, path, opt, "an empty file name");
+  if (path.endsWith("/")) throw pathError(OUTPUT_NOT_A_FILE, path, opt, "names a directory, not a file");
+  let file: string;
+  let st: Stats | null;
+  try {
+    file = realTarget(path);
+    st = statOrNull(file);
+  } catch (e) {
+    throw pathError(errnoCode(e), path, opt, describeErrno(errnoCode(e)));
+  }
+  if (st) {
+    for (const input of options.inputs ?? []) {
+      if (input === undefined) continue;
+      const ist = statOrNull(resolve(input));
+      if (ist && sameFile(st, ist)) throw pathError(OUTPUT_IS_INPUT, path, opt, `is the input ${input}: an output never replaces an input`);
+    }
+    if (st.isDirectory()) throw pathError(OUTPUT_NOT_A_FILE, path, opt, "is a directory");
+    if (st.isFile() && !options.force) throw pathError(OUTPUT_EXISTS, path, opt, "exists (pass --force to replace it)");
+    if (!st.isFile()) {
+      // A device or FIFO: written in place, so it must be writable now.
+      try {
+        accessSync(file, constants.W_OK);
+      } catch (e) {
+        throw pathError(errnoCode(e), path, opt, describeErrno(errnoCode(e)));
+      }
+      return { path, file, inPlace: true, force: options.force ?? false };
+    }
+  }
+  checkWritableDir(dirname(file), path, opt);
+  return { path, file, inPlace: false, force: options.force ?? false };
+}
+
+function checkWritableDir(dir: string, path: string, option: string | undefined): void {
+  const dst = statOrNull(dir);
+  if (!dst) throw pathError("ENOENT", path, option, `the directory ${dir} does not exist`);
+  if (!dst.isDirectory()) throw pathError(OUTPUT_NOT_A_DIRECTORY, path, option, `${dir} is not a directory`);
+  try {
+    accessSync(dir, constants.W_OK);
+  } catch (e) {
+    throw pathError(errnoCode(e), path, option, `cannot write in ${dir}: ${describeErrno(errnoCode(e))}`);
+  }
+}
+
+/**
+ * Checks an output directory (created if missing, with its parents) before the work,
+ * and returns its absolute path. The files written into it are checked one by one with
+ * checkOutputFile as usual.
+ */
+export function checkOutputDir(path: string, options: Omit<OutputCheckOptions, "force"> = {}): string {
+  const opt = options.option;
+  const abs = resolve(path);
+  const st = statOrNull(abs);
+  if (st && !st.isDirectory()) throw pathError(OUTPUT_NOT_A_DIRECTORY, path, opt, "exists and is not a directory");
+  if (!st) {
+    try {
+      mkdirSync(abs, { recursive: true });
+    } catch (e) {
+      throw pathError(errnoCode(e), path, opt, `cannot create the directory: ${describeErrno(errnoCode(e))}`);
+    }
+  }
+  checkWritableDir(abs, path, opt);
+  return abs;
+}
+
+/** Checks several outputs at once: each as checkOutputFile, and no file named twice. */
+export function checkOutputs(paths: readonly { path: string; option?: string }[], options: Omit<OutputCheckOptions, "option"> = {}): OutputTarget[] {
+  const targets = paths.map((p) => checkOutputFile(p.path, { ...options, option: p.option }));
+  const seen = new Map<string, string>();
+  for (const t of targets) {
+    const prev = seen.get(t.file);
+    if (prev !== undefined && !t.inPlace) throw pathError(OUTPUT_TWICE, t.path, undefined, `given twice (also as ${prev})`);
+    seen.set(t.file, t.path);
+  }
+  return targets;
+}
+
+let tmpCounter = 0;
+
+/** Writes `data` to a checked target, atomically; throws a "write" OutputError and leaves nothing behind. */
+export function writeOutputFile(target: OutputTarget, data: string | Uint8Array): void {
+  if (target.inPlace) {
+    let fd = -1;
+    try {
+      fd = openSync(target.file, "w");
+      writeFd(fd, target.path, data);
+      closeSync(fd);
+      fd = -1;
+    } catch (e) {
+      if (fd >= 0) closeSync(fd);
+      throw writeError(target.path, e);
+    }
+    return;
+  }
+  const tmp = join(dirname(target.file), `.${basename(target.file)}.${process.pid}-${++tmpCounter}.tmp`);
+  let fd = -1;
+  let placed = false;
+  try {
+    fd = openSync(tmp, "wx", 0o666);
+    writeFd(fd, target.path, data);
+    fsyncSync(fd); // the bytes are on disk before the name points at them
+    closeSync(fd);
+    fd = -1;
+    if (target.force) renameSync(tmp, target.file);
+    else place(tmp, target);
+    placed = true;
+  } catch (e) {
+    if (fd >= 0) {
+      try {
+        closeSync(fd);
+      } catch {
+        // already failing: the write error is the one to report
+      }
+    }
+    throw writeError(target.path, e);
+  } finally {
+    if (!placed || !target.force) {
+      try {
+        unlinkSync(tmp);
+      } catch {
+        // gone already (renamed, or never created)
+      }
+    }
+  }
+}
+
+/** Moves the temporary file to its name without replacing a file that appeared since the check. */
+function place(tmp: string, target: OutputTarget): void {
+  try {
+    linkSync(tmp, target.file);
+  } catch (e) {
+    const code = errnoCode(e);
+    if (code === "EEXIST") throw new OutputError("path", OUTPUT_EXISTS, target.path, `${target.path}: exists (pass --force to replace it)`);
+    // File systems without hard links (vfat, some FUSE): check, then rename.
+    if (code !== "EPERM" && code !== "ENOTSUP" && code !== "EOPNOTSUPP" && code !== "EMLINK") throw e;
+    if (statOrNull(target.file)) throw new OutputError("path", OUTPUT_EXISTS, target.path, `${target.path}: exists (pass --force to replace it)`);
+    renameSync(tmp, target.file);
+  }
+}
