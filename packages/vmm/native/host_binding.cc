@@ -1,13 +1,22 @@
-// The VMM operations on Linux host memory, one JS function per operation:
-//   physical chunk = memfd (memfd_create + ftruncate)
+// The VMM operations on Linux host memory, one JS function per syscall:
+//   memfd          = memfd_create + ftruncate (hostMemCreate); grown with ftruncate
+//                    (hostMemResize); a range given back with fallocate(PUNCH_HOLE)
+//                    (hostMemPunch); closed by hostMemRelease. The driver keeps its
+//                    physical chunks as ranges of a few such memfds (host-driver.ts).
 //   reserve        = mmap PROT_NONE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE
-//   map            = mmap MAP_SHARED|MAP_FIXED of the memfd at the address (PROT_NONE)
+//   map            = mmap MAP_SHARED|MAP_FIXED of a memfd range at the address (PROT_NONE)
 //   set access     = mprotect PROT_READ|PROT_WRITE
 //   unmap          = mmap MAP_FIXED anonymous PROT_NONE over the range (keeps it reserved)
-//   address free   = munmap;  release = close(fd)
-// errno is reported as the CUDA error the real driver gives for the same condition. The
-// misuse rules (overlaps, unmapped bytes, alignment) are checked in TypeScript first.
+//   address free   = munmap
+// errno is reported as the CUDA error the real driver gives for the same condition,
+// except where the process, not the device, ran out: EMFILE/ENFILE (file descriptors)
+// and ENOMEM from mmap/mprotect (vm.max_map_count, RLIMIT_AS) are host resource errors
+// of their own, never CUDA_ERROR_OUT_OF_MEMORY, which an allocator would answer by
+// freeing its cache and retrying (or report as a device out-of-memory). The misuse
+// rules (overlaps, unmapped bytes, alignment) are checked in TypeScript first.
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -31,11 +40,21 @@ struct HostHandle {
 
 const napi_type_tag kHostHandleTag = {0x6d6c616b65686f73ULL, 0x68616e646c653031ULL};  // "gmlake host handle"
 
-const char* CodeForErrno(int e) {
+// ENOMEM means different things by call: a reservation or plain allocation that does not
+// fit the address space is what CUDA reports as out of memory too (cuMemAddressReserve
+// of 1 PiB on an H200), but mapping or protecting a range that fits can only fail for
+// the process's own limits (vm.max_map_count, RLIMIT_AS): a host resource error.
+const char* CodeForErrno(int e, const char* call) {
   switch (e) {
-    case ENOMEM:
     case EMFILE:
     case ENFILE:
+      return "HOST_ERROR_TOO_MANY_OPEN_FILES";
+    case ENOMEM:
+      if (std::strcmp(call, "hostMemMap") == 0 || std::strcmp(call, "hostMemUnmap") == 0 ||
+          std::strcmp(call, "hostMemSetAccess") == 0) {
+        return "HOST_ERROR_ADDRESS_SPACE";
+      }
+      return "CUDA_ERROR_OUT_OF_MEMORY";
     case ENOSPC:
     case EFBIG:
       return "CUDA_ERROR_OUT_OF_MEMORY";
@@ -52,7 +71,7 @@ const char* CodeForErrno(int e) {
 }
 
 [[noreturn]] void ThrowErrno(Napi::Env env, int e, const char* call, const std::string& args, const char* syscall) {
-  const char* code = CodeForErrno(e);
+  const char* code = CodeForErrno(e, call);
   ThrowVmmError(env, code, call,
                 std::string(call) + "(" + args + ") failed: " + code + " (" + syscall + ": " + std::strerror(e) + ")");
 }
@@ -95,6 +114,27 @@ Napi::Value MemCreate(const Napi::CallbackInfo& info) {
       Napi::PropertyDescriptor::Value("size", Napi::Number::New(env, static_cast<double>(size)), napi_enumerable),
   });
   return obj;
+}
+
+// Sets the memfd's size (growing it costs nothing: pages come on first touch).
+Napi::Value MemResize(const Napi::CallbackInfo& info) {
+  HostHandle* h = LiveHandle(info, 0, "hostMemResize");
+  uint64_t size = ArgU64(info, 1, "size");
+  if (ftruncate(h->fd, static_cast<off_t>(size)) != 0) {
+    THROW_ERRNO(info.Env(), "hostMemResize", "size=" + std::to_string(size), "ftruncate");
+  }
+  return info.Env().Undefined();
+}
+
+// Gives the pages of [offset, offset+size) back to the kernel; they read as zeroes after.
+Napi::Value MemPunch(const Napi::CallbackInfo& info) {
+  HostHandle* h = LiveHandle(info, 0, "hostMemPunch");
+  uint64_t offset = ArgU64(info, 1, "offset");
+  uint64_t size = ArgU64(info, 2, "size");
+  if (fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset), static_cast<off_t>(size)) != 0) {
+    THROW_ERRNO(info.Env(), "hostMemPunch", "offset=" + std::to_string(offset) + ", size=" + std::to_string(size), "fallocate");
+  }
+  return info.Env().Undefined();
 }
 
 Napi::Value MemRelease(const Napi::CallbackInfo& info) {
@@ -227,6 +267,8 @@ void InitHost(Napi::Env env, Napi::Object exports) {
   auto fn = [&](const char* name, Napi::Function::Callback cb) { exports.Set(name, Napi::Function::New(env, cb, name)); };
   fn("hostPageSize", PageSize);
   fn("hostMemCreate", MemCreate);
+  fn("hostMemResize", MemResize);
+  fn("hostMemPunch", MemPunch);
   fn("hostMemRelease", MemRelease);
   fn("hostMemAddressReserve", MemAddressReserve);
   fn("hostMemAddressFree", MemAddressFree);

@@ -241,6 +241,28 @@ export class AddressSpace {
     }
   }
 
+  /**
+   * Removes every reservation and allocation at once (a driver's close) and returns them;
+   * every record still mapped or not released counts as gone. The books are empty after.
+   */
+  takeAll(): Reservation[] {
+    const all = this.reservations.splice(0);
+    this.starts.length = 0;
+    this.lastFound = null;
+    for (const r of all) {
+      for (let i = r.head; i < r.mapRecord.length; i++) {
+        const rec = r.mapRecord[i];
+        if (rec) {
+          rec.mapCount = 0;
+          rec.released = true;
+        }
+      }
+      r.head = r.mapStart.length;
+    }
+    this.liveBytes = 0;
+    return all;
+  }
+
   /** First gap of `size` bytes aligned to `alignment` in [base, limit), or -1: the sim's VA allocator. */
   findGap(size: number, alignment: number, base: number, limit: number): number {
     let cursor = base;

@@ -4,6 +4,7 @@ import { CudaDriver } from "./cuda-driver.js";
 import type { VmmDriver } from "./driver.js";
 import { HostDriver } from "./host-driver.js";
 import { loadNative } from "./native.js";
+import { cudaFirstUseProbe } from "./probe.js";
 import { SimDriver } from "./sim-driver.js";
 import { INVALID_VALUE, vmmError } from "./vmm-error.js";
 
@@ -18,8 +19,13 @@ export interface CreateDriverOptions {
   readonly costs?: Partial<CostTable>;
 }
 
-/** Whether cuda would work here: the driver loads and sees a device (in this process; see probeCuda for an isolated check). */
+/**
+ * Whether cuda would work here: the driver loads and sees a device. Asked of the
+ * child-process probe first (cudaFirstUseProbe), so a crashing libcuda answers false.
+ */
 export function cudaAvailable(): boolean {
+  const probe = cudaFirstUseProbe();
+  if (probe !== null) return probe.ok && probe.devices.length > 0;
   try {
     const native = loadNative();
     native.cudaLoad();

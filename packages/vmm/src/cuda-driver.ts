@@ -6,7 +6,8 @@
 import type { DeviceInfo, EventHandle, MemInfo, PhysicalHandle } from "./driver.js";
 import { MeteredDriver } from "./metered-driver.js";
 import { loadNative, type NativeAddon, type NativeDevice, type NativeEvent, type NativeHandle } from "./native.js";
-import { INVALID_DEVICE, NO_DEVICE, checkBytes, checkStream, vmmError } from "./vmm-error.js";
+import { cudaFirstUseProbe } from "./probe.js";
+import { CUDA_PROBE_FAILED, INVALID_DEVICE, NO_DEVICE, checkBytes, checkStream, vmmError } from "./vmm-error.js";
 
 export interface CudaDriverOptions {
   /** Device ordinal (default 0). */
@@ -27,6 +28,9 @@ export class CudaDriver extends MeteredDriver {
   constructor(options: CudaDriverOptions = {}) {
     super();
     const ordinal = options.ordinal ?? 0;
+    // libcuda is loaded here only once a child process has survived loading it.
+    const probe = cudaFirstUseProbe();
+    if (probe?.crashed) throw vmmError(CUDA_PROBE_FAILED, "cuInit", "", `libcuda not loaded in this process: ${probe.crashed}`);
     this.native = loadNative();
     this.driver = this.native.cudaLoad();
     const count = this.native.cudaDeviceCount();

@@ -2,23 +2,41 @@
  * The VMM operations on Linux host memory (memfd + mmap, in the native addon), with the
  * AddressSpace bookkeeping in front so every misuse CUDA refuses is refused here too,
  * before any syscall could corrupt the process (a read of an unmapped page would crash).
+ * Physical chunks are ranges of one memfd (MemfdArena): one file descriptor however many
+ * chunks are live. close() gives everything back, whatever state a failure left.
  */
-import { totalmem } from "node:os";
+import { freemem, totalmem } from "node:os";
 
 import { AddressSpace, PhysicalRecord } from "./address-space.js";
 import type { DeviceInfo, EventHandle, MemInfo, PhysicalHandle } from "./driver.js";
 import { EventBook } from "./event-book.js";
 import { MeteredDriver } from "./metered-driver.js";
-import { loadNative, type NativeAddon, type NativeHandle } from "./native.js";
-import { INVALID_VALUE, checkBytes, checkStream, vmmError } from "./vmm-error.js";
+import { MemfdArena } from "./memfd-arena.js";
+import { loadNative, type NativeAddon } from "./native.js";
+import { DEINITIALIZED, INVALID_VALUE, checkBytes, checkStream, vmmError } from "./vmm-error.js";
 
 export interface HostDriverOptions {
   /** Allocation granularity in bytes (default 2 MiB, the H200's); a multiple of the page size. */
   readonly granularity?: number;
-  /** Physical bytes the driver may hold (default: the machine's memory, os.totalmem()). */
+  /**
+   * Physical bytes the driver may hold (default: defaultHostCapacity(), half the memory
+   * free when it opens, so that touching all of it, as `--integrity full` does, cannot
+   * take the machine down).
+   */
   readonly capacityBytes?: number;
   /** Refuse cuMemUnmap over unmapped bytes (CUDA accepts it; default false). */
   readonly strictUnmap?: boolean;
+}
+
+/**
+ * Half the memory available now (MemAvailable, within the cgroup's limit when there is
+ * one), in whole granules: the default capacity of a HostDriver.
+ */
+export function defaultHostCapacity(granularity: number): number {
+  const constrained = typeof process.constrainedMemory === "function" ? (process.constrainedMemory() ?? 0) : 0;
+  const limit = constrained > 0 && constrained < totalmem() ? constrained : totalmem();
+  const bytes = Math.min(freemem(), limit) / 2;
+  return Math.floor(bytes / granularity) * granularity;
 }
 
 export class HostDriver extends MeteredDriver {
@@ -30,6 +48,13 @@ export class HostDriver extends MeteredDriver {
   private readonly records = new WeakMap<object, PhysicalRecord>();
   private nextId = 1;
   private readonly strictUnmap: boolean;
+  private readonly arena: MemfdArena;
+  private closed = false;
+  /** Released records whose last mapping an unmap is removing (their range goes back after it). */
+  private readonly dying: PhysicalRecord[] = [];
+  private readonly onUnmapped = (rec: PhysicalRecord): void => {
+    if (rec.released) this.dying.push(rec);
+  };
   /** Events: host memory has no queue, so they complete at once (see EventBook). */
   readonly events = new EventBook();
 
@@ -37,12 +62,13 @@ export class HostDriver extends MeteredDriver {
     super();
     this.strictUnmap = options.strictUnmap ?? false;
     this.native = loadNative();
+    this.arena = new MemfdArena(this.native);
     const page = this.native.hostPageSize();
     const granularity = options.granularity ?? 2 * 1024 * 1024;
     if (!Number.isSafeInteger(granularity) || granularity <= 0 || granularity % page !== 0) {
       throw vmmError(INVALID_VALUE, "HostDriver", `granularity=${granularity}`, `must be a multiple of the page size ${page}`);
     }
-    const capacity = options.capacityBytes ?? totalmem();
+    const capacity = options.capacityBytes ?? defaultHostCapacity(granularity);
     this.space = new AddressSpace(granularity, capacity);
     this.device = Object.freeze({
       ordinal: 0,
@@ -51,6 +77,11 @@ export class HostDriver extends MeteredDriver {
       vmmSupported: true,
       granularity: Object.freeze({ minimum: granularity, recommended: granularity }),
     });
+  }
+
+  /** Refuses any call once closed: the memory is gone, as after CUDA's context is. */
+  private live(call: string): void {
+    if (this.closed) throw vmmError(DEINITIALIZED, call, "", "the driver was closed");
   }
 
   private record(call: string, handle: PhysicalHandle): PhysicalRecord {
@@ -63,23 +94,34 @@ export class HostDriver extends MeteredDriver {
     checkBytes("cuMemCreate", "size", size);
     if (size === 0) throw vmmError(INVALID_VALUE, "cuMemCreate", "size=0", "size is 0");
     this.space.checkAligned("cuMemCreate", "size", size);
+    this.live("cuMemCreate");
     this.space.charge("cuMemCreate", size);
-    let handle: NativeHandle;
+    let offset: number;
     try {
-      handle = this.native.hostMemCreate(size, this.nextId++);
+      offset = this.arena.take(size);
     } catch (e) {
       this.space.refund(size);
       throw e;
     }
-    this.records.set(handle, new PhysicalRecord(handle.id, size, handle));
+    const handle: PhysicalHandle = Object.freeze({ id: this.nextId++, size });
+    // payload: the range's offset in the memfd; -1 once given back
+    this.records.set(handle, new PhysicalRecord(handle.id, size, offset));
     return handle;
+  }
+
+  /** Gives a freed record's memfd range back (once). */
+  private giveBack(rec: PhysicalRecord): void {
+    const offset = rec.payload as number;
+    if (offset < 0) return;
+    rec.payload = -1;
+    this.arena.give(offset, rec.size);
   }
 
   protected doMemRelease(handle: PhysicalHandle): void {
     const rec = this.record("cuMemRelease", handle);
-    this.space.release("cuMemRelease", rec);
-    // Closing the fd is safe while mapped: the mappings hold the memfd open.
-    this.native.hostMemRelease(rec.payload as NativeHandle);
+    this.live("cuMemRelease");
+    // Still mapped: CUDA frees the memory at its last unmap, and so does doMemUnmap.
+    if (this.space.release("cuMemRelease", rec)) this.giveBack(rec);
   }
 
   protected doMemAddressReserve(size: number, alignment: number): number {
@@ -92,6 +134,7 @@ export class HostDriver extends MeteredDriver {
     if (!Number.isInteger(Math.log2(align))) {
       throw vmmError(INVALID_VALUE, "cuMemAddressReserve", args, "alignment must be a power of two");
     }
+    this.live("cuMemAddressReserve");
     const address = this.native.hostMemAddressReserve(size, Math.max(align, this.space.granularity));
     this.space.addReservation(address, size, false);
     return address;
@@ -100,6 +143,7 @@ export class HostDriver extends MeteredDriver {
   protected doMemAddressFree(address: number, size: number): void {
     checkBytes("cuMemAddressFree", "ptr", address);
     checkBytes("cuMemAddressFree", "size", size);
+    this.live("cuMemAddressFree");
     this.space.freeReservation("cuMemAddressFree", address, size);
     this.native.hostMemAddressFree(address, size);
   }
@@ -109,9 +153,10 @@ export class HostDriver extends MeteredDriver {
     checkBytes("cuMemMap", "size", size);
     checkBytes("cuMemMap", "offset", offset);
     const rec = this.record("cuMemMap", handle);
+    this.live("cuMemMap");
     this.space.map("cuMemMap", address, size, offset, rec);
     try {
-      this.native.hostMemMap(address, size, offset, rec.payload as NativeHandle);
+      this.native.hostMemMap(address, size, (rec.payload as number) + offset, this.arena.handle);
     } catch (e) {
       this.space.unmap("cuMemMap", address, size, true);
       throw e;
@@ -121,14 +166,20 @@ export class HostDriver extends MeteredDriver {
   protected doMemUnmap(address: number, size: number): void {
     checkBytes("cuMemUnmap", "ptr", address);
     checkBytes("cuMemUnmap", "size", size);
+    this.live("cuMemUnmap");
     // Unmapping gaps too is harmless here: they go back to PROT_NONE reserved.
-    this.space.unmap("cuMemUnmap", address, size, this.strictUnmap);
+    this.dying.length = 0;
+    this.space.unmap("cuMemUnmap", address, size, this.strictUnmap, this.onUnmapped);
     this.native.hostMemUnmap(address, size);
+    // Released handles whose last mapping this was: their memory goes back now.
+    for (const rec of this.dying) if (rec.freed) this.giveBack(rec);
+    this.dying.length = 0;
   }
 
   protected doMemSetAccess(address: number, size: number): void {
     checkBytes("cuMemSetAccess", "ptr", address);
     checkBytes("cuMemSetAccess", "size", size);
+    this.live("cuMemSetAccess");
     this.space.setAccess("cuMemSetAccess", address, size);
     this.native.hostMemSetAccess(address, size);
   }
@@ -141,6 +192,7 @@ export class HostDriver extends MeteredDriver {
   protected doMemAlloc(size: number): number {
     checkBytes("cuMemAlloc", "size", size);
     if (size === 0) throw vmmError(INVALID_VALUE, "cuMemAlloc", "size=0", "size is 0");
+    this.live("cuMemAlloc");
     const page = this.native.hostPageSize();
     const bytes = Math.ceil(size / page) * page;
     this.space.charge("cuMemAlloc", bytes);
@@ -157,6 +209,7 @@ export class HostDriver extends MeteredDriver {
 
   protected doMemFree(address: number): void {
     checkBytes("cuMemFree", "ptr", address);
+    this.live("cuMemFree");
     const rec = this.space.freeAllocation("cuMemFree", address);
     this.native.hostMemFree(address, rec.size);
   }
@@ -188,28 +241,62 @@ export class HostDriver extends MeteredDriver {
   memset(address: number, value: number, size: number): void {
     checkBytes("memset", "ptr", address);
     checkBytes("memset", "size", size);
+    this.live("cuMemsetD8");
     this.space.access("cuMemsetD8", address, size, () => {});
     this.native.hostMemset(address, value & 0xff, size);
   }
   write(address: number, data: Uint8Array): void {
     checkBytes("write", "ptr", address);
+    this.live("cuMemcpyHtoD");
     this.space.access("cuMemcpyHtoD", address, data.byteLength, () => {});
     this.native.hostWrite(address, data);
   }
   read(address: number, size: number): Uint8Array {
     checkBytes("read", "ptr", address);
     checkBytes("read", "size", size);
+    this.live("cuMemcpyDtoH");
     this.space.access("cuMemcpyDtoH", address, size, () => {});
     const out = new Uint8Array(size);
     this.native.hostRead(address, out);
     return out;
   }
 
-  /** Nothing of its own to release; `leaks()` tells what the caller left behind. */
-  close(): void {}
+  /**
+   * Gives back everything still held, whatever state a failure left (a fault mid-stitch,
+   * an invariant error, a caller that never tore down): every reservation and allocation
+   * is munmapped (their mappings with them) and the memfd closed, so the process holds
+   * 0 mappings and 0 fds of this driver. Call leaks() first to see what was left. Later
+   * calls fail with CUDA_ERROR_DEINITIALIZED; close() again does nothing. Throws (after
+   * releasing all it could) only if the kernel refused an munmap or close.
+   */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    let failure: unknown;
+    for (const r of this.space.takeAll()) {
+      try {
+        // munmap removes the mappings inside the range too; allocations are one munmap each.
+        if (r.isAlloc) this.native.hostMemFree(r.start, r.size);
+        else this.native.hostMemAddressFree(r.start, r.size);
+      } catch (e) {
+        failure ??= e;
+      }
+    }
+    try {
+      this.arena.close();
+    } catch (e) {
+      failure ??= e;
+    }
+    if (failure !== undefined) throw failure;
+  }
 
-  /** What is still held: reservations, mappings and physical bytes (all 0 after a clean teardown). */
+  /** What is still held: reservations, mappings and physical bytes (all 0 after a clean teardown, and after close()). */
   leaks(): { reservations: number; mappings: number; liveBytes: number } {
     return { reservations: this.space.reservationCount, mappings: this.space.mappingCount, liveBytes: this.space.liveBytes };
+  }
+
+  /** File descriptors the driver holds: 1 while any chunk is live, else 0. */
+  get fds(): number {
+    return this.arena.fds;
   }
 }

@@ -1,9 +1,19 @@
 export * from "./driver.js";
-export { VmmError, DRIVER_NOT_FOUND, DRIVER_TOO_OLD, ADDON_NOT_LOADED } from "./vmm-error.js";
+export {
+  VmmError,
+  DRIVER_NOT_FOUND,
+  DRIVER_TOO_OLD,
+  ADDON_NOT_LOADED,
+  CUDA_PROBE_FAILED,
+  DEINITIALIZED,
+  HOST_TOO_MANY_OPEN_FILES,
+  HOST_ADDRESS_SPACE,
+  HOST_RESOURCE_CODES,
+} from "./vmm-error.js";
 export { MeteredDriver } from "./metered-driver.js";
 export { EventBook } from "./event-book.js";
 export { CudaDriver, type CudaDriverOptions } from "./cuda-driver.js";
-export { HostDriver, type HostDriverOptions } from "./host-driver.js";
+export { HostDriver, defaultHostCapacity, type HostDriverOptions } from "./host-driver.js";
 export { SimDriver, type SimDriverOptions, SIM_VA_BASE, SIM_VA_LIMIT } from "./sim-driver.js";
 export { H200_COSTS, curveUs, type CostTable, type SizeCurve } from "./cost-model.js";
 export { MISUSE_CODES } from "./address-space.js";
@@ -11,4 +21,4 @@ export { DriverAdaptor } from "./driver-adaptor.js";
 export { CapacityDriver, withCapacity } from "./capacity.js";
 export { FaultDriver, withFaults, mulberry32, FAULT_CODES, type FaultPlan, type FaultAt, type InjectedFault } from "./faults.js";
 export { createDriver, cudaAvailable, type CreateDriverOptions } from "./create-driver.js";
-export { probeCuda, probeCudaInProcess, describeProbe, type CudaProbe, type ProbeDevice, type ProbeOptions } from "./probe.js";
+export { probeCuda, probeCudaInProcess, cudaFirstUseProbe, describeProbe, type CudaProbe, type ProbeDevice, type ProbeOptions } from "./probe.js";

@@ -55,6 +55,8 @@ export interface NativeAddon {
 
   hostPageSize(): number;
   hostMemCreate(size: number, id: number): NativeHandle;
+  hostMemResize(handle: NativeHandle, size: number): void;
+  hostMemPunch(handle: NativeHandle, offset: number, size: number): void;
   hostMemRelease(handle: NativeHandle): void;
   hostMemAddressReserve(size: number, alignment: number): number;
   hostMemAddressFree(address: number, size: number): void;

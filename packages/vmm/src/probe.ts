@@ -122,7 +122,11 @@ export function probeCuda(options: ProbeOptions = {}): CudaProbe {
     env: process.env,
   });
   const base = { ok: false, addon: { loaded: false, path: addonPath() }, driver: { found: false }, devices: [], isolated: true };
-  if (r.error) return { ...base, crashed: `could not run the probe child: ${r.error.message}` };
+  if (r.error) {
+    const timedOut = (r.error as NodeJS.ErrnoException).code === "ETIMEDOUT";
+    const limit = (options.timeoutMs ?? 60_000) / 1000;
+    return { ...base, crashed: timedOut ? `the probe child hung: no answer within ${limit} s (killed)` : `could not run the probe child: ${r.error.message}` };
+  }
   if (r.status === 0) {
     try {
       return { ...(JSON.parse(r.stdout) as CudaProbe), isolated: true };
@@ -132,6 +136,24 @@ export function probeCuda(options: ProbeOptions = {}): CudaProbe {
   }
   const how = r.signal ? `killed by ${r.signal}` : `exited with ${r.status}`;
   return { ...base, crashed: `the probe child ${how}: ${r.stderr.trim().split("\n").slice(-3).join(" | ")}` };
+}
+
+let firstUse: CudaProbe | undefined;
+
+/**
+ * The child-process probe that precedes this process's first use of libcuda (CudaDriver,
+ * cudaAvailable, createDriver("auto")), run once and remembered: a libcuda whose cuInit
+ * crashes or hangs then takes down the child, not the caller. Time limit:
+ * $GMLAKE_CUDA_PROBE_TIMEOUT_MS (default 30 s). GMLAKE_CUDA_PROBE=0 skips it (loads
+ * libcuda in this process directly, as before).
+ */
+export function cudaFirstUseProbe(): CudaProbe | null {
+  if (process.env.GMLAKE_CUDA_PROBE === "0") return null;
+  if (firstUse === undefined) {
+    const ms = Number(process.env.GMLAKE_CUDA_PROBE_TIMEOUT_MS ?? 30_000);
+    firstUse = probeCuda({ memInfo: false, timeoutMs: Number.isFinite(ms) && ms > 0 ? ms : 30_000 });
+  }
+  return firstUse;
 }
 
 /** One line a human can act on. */

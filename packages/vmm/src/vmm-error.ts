@@ -21,12 +21,28 @@ export class VmmError extends Error {
 export const DRIVER_NOT_FOUND = "CUDA_DRIVER_NOT_FOUND";
 export const DRIVER_TOO_OLD = "CUDA_DRIVER_TOO_OLD";
 export const ADDON_NOT_LOADED = "VMM_ADDON_NOT_LOADED";
+/** libcuda crashed or hung in the child-process probe that precedes its first use here. */
+export const CUDA_PROBE_FAILED = "CUDA_PROBE_FAILED";
 export const INVALID_VALUE = "CUDA_ERROR_INVALID_VALUE";
 export const OUT_OF_MEMORY = "CUDA_ERROR_OUT_OF_MEMORY";
 export const INVALID_DEVICE = "CUDA_ERROR_INVALID_DEVICE";
 export const NO_DEVICE = "CUDA_ERROR_NO_DEVICE";
 export const NOT_SUPPORTED = "CUDA_ERROR_NOT_SUPPORTED";
 export const INVALID_HANDLE = "CUDA_ERROR_INVALID_HANDLE";
+/** A call on a driver after its close(): CUDA's answer once the context is gone. */
+export const DEINITIALIZED = "CUDA_ERROR_DEINITIALIZED";
+/**
+ * Host resources of the process, not of the device: the host driver reports them as
+ * their own codes, never CUDA_ERROR_OUT_OF_MEMORY (which an allocator answers by
+ * emptying its cache and retrying, and a replay reports as the device's OOM).
+ * EMFILE/ENFILE: the fd limit (ulimit -n). ENOMEM from mapping or protecting a range
+ * inside a reservation (not from reserving one, which is CUDA's OOM too): too many
+ * mappings (vm.max_map_count) or RLIMIT_AS.
+ */
+export const HOST_TOO_MANY_OPEN_FILES = "HOST_ERROR_TOO_MANY_OPEN_FILES";
+export const HOST_ADDRESS_SPACE = "HOST_ERROR_ADDRESS_SPACE";
+/** Codes that mean the machine running the driver hit a limit (not the modelled device). */
+export const HOST_RESOURCE_CODES: readonly string[] = [HOST_TOO_MANY_OPEN_FILES, HOST_ADDRESS_SPACE];
 export const LAUNCH_FAILED = "CUDA_ERROR_LAUNCH_FAILED";
 
 /**

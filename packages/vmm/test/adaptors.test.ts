@@ -1,19 +1,10 @@
 import { describe, expect, it } from "vitest";
 
 import { FAULT_CODES, HostDriver, SimDriver, VmmError, withCapacity, withFaults, type VmmDriver } from "../src/index.js";
+import { codeOf } from "./helpers.js";
 
 const MiB = 1024 * 1024;
 const g = 2 * MiB;
-
-function codeOf(f: () => unknown): string {
-  try {
-    f();
-  } catch (e) {
-    if (e instanceof VmmError) return e.code;
-    throw e;
-  }
-  return "no error";
-}
 
 describe("withCapacity", () => {
   it("refuses memCreate past the capacity with CUDA_ERROR_OUT_OF_MEMORY, counting live bytes", () => {

@@ -12,11 +12,11 @@ import {
   HostDriver,
   MISUSE_CODES,
   SimDriver,
-  VmmError,
   cudaAvailable,
   type PhysicalHandle,
   type VmmDriver,
 } from "../src/index.js";
+import { codeOf } from "./helpers.js";
 
 const PiB = 2 ** 50;
 const INVALID = "CUDA_ERROR_INVALID_VALUE";
@@ -42,16 +42,6 @@ const cases: Case[] = [
 function firstDiff(a: Uint8Array, b: Uint8Array): number {
   if (a.length !== b.length) return Math.min(a.length, b.length);
   return Buffer.compare(a, b) === 0 ? -1 : a.findIndex((x, i) => x !== b[i]);
-}
-
-function codeOf(f: () => unknown): string {
-  try {
-    f();
-  } catch (e) {
-    if (e instanceof VmmError) return e.code;
-    throw e;
-  }
-  return "no error";
 }
 
 /**

@@ -11,18 +11,9 @@ import {
   probeCuda,
 } from "../src/index.js";
 import { loadNative } from "../src/native.js";
+import { codeOf } from "./helpers.js";
 
 const g = 2 * 1024 * 1024;
-
-function codeOf(f: () => unknown): string {
-  try {
-    f();
-  } catch (e) {
-    if (e instanceof VmmError) return e.code;
-    throw e;
-  }
-  return "no error";
-}
 
 describe("createDriver", () => {
   it("makes each driver by name, and auto picks cuda only with a driver and a device", () => {
