@@ -91,11 +91,11 @@ export function pickOrdinals(n, midRun, perCall, seed) {
 }
 
 /**
- * What the kernel says the host driver holds: memfd mappings in /proc/self/maps plus
- * memfd file descriptors (physical handles) in /proc/self/fd, both named gmlake-vmm.
- * (The whole maps line count moves with V8's own heap, so only these are compared.)
+ * What the kernel says the host driver holds: memfd mappings in /proc/self/maps and
+ * memfd file descriptors in /proc/self/fd, both named gmlake-vmm. (The whole maps line
+ * count moves with V8's own heap, so only these are compared.) null where /proc is not.
  */
-export function procMapsCount() {
+export function hostDriverHeld() {
   try {
     const maps = readFileSync("/proc/self/maps", "utf8").split("\n").filter((l) => l.includes("memfd:gmlake-vmm")).length;
     let fds = 0;
@@ -106,10 +106,16 @@ export function procMapsCount() {
         // the fd of readdir itself is gone by now
       }
     }
-    return maps + fds;
+    return { maps, fds };
   } catch {
-    return -1;
+    return null;
   }
+}
+
+/** hostDriverHeld() as one number (mappings + fds), -1 without /proc. */
+export function procMapsCount() {
+  const h = hostDriverHeld();
+  return h === null ? -1 : h.maps + h.fds;
 }
 
 /**

@@ -27,6 +27,14 @@ export interface AllocatorOptions {
   chunkSizes?: number[];
 }
 
+/** What close() found still allocated (and freed): the caller's leak, reported, not thrown. */
+export interface CloseReport {
+  /** Blocks still allocated (pending frees included) when close() ran. */
+  readonly liveBlocks: number;
+  /** Their requested bytes. */
+  readonly liveRequestedBytes: number;
+}
+
 /**
  * The allocator engine: one policy instance on one driver, plus the books every policy
  * shares: statistics, deferred frees, the recorder, invariant and integrity checks.
@@ -43,6 +51,9 @@ export class Allocator {
   readonly integrity: IntegrityChecker | null;
   private readonly recordAllocations: boolean;
   private nextId = 1;
+  /** Blocks from malloc until free_completed: what close() frees, and what free accepts. */
+  private readonly live = new Set<Block>();
+  private closed = false;
 
   constructor(policy: Policy | string, driver: VmmDriver, opts: AllocatorOptions = {}) {
     this.policy = typeof policy === "string" ? getPolicy(policy) : policy;
@@ -60,8 +71,13 @@ export class Allocator {
 
   /** Allocate `size` bytes on `stream`; null when out of memory (an `oom` event is recorded). */
   tryMalloc(size: number, stream = 0): Block | null {
+    if (this.closed) throw new StitchError("CLOSED", `malloc(${size}) after close(): this allocator holds no memory any more`);
     if (!(size >= 0) || !Number.isSafeInteger(size)) {
       throw new StitchError("BAD_ARGUMENT", `Expected a non-negative integer size but received ${size}`);
+    }
+    // a raw cudaStream_t (negative: a private pool's key): NaN or a fraction would break every per-stream pool key
+    if (!Number.isSafeInteger(stream)) {
+      throw new StitchError("BAD_ARGUMENT", `Expected a stream (an integer) but received ${stream}`);
     }
     const b = this.instance.malloc(size, stream);
     const st = this.stats;
@@ -74,6 +90,7 @@ export class Allocator {
     b.pendingFree = false;
     b.requested = size;
     b.id = this.nextId++;
+    this.live.add(b);
     st.allocations++;
     st.allocatedBytes += b.size;
     if (st.allocatedBytes > st.peakAllocatedBytes) st.peakAllocatedBytes = st.allocatedBytes;
@@ -96,9 +113,19 @@ export class Allocator {
     return b;
   }
 
+  /** Refuses a free of anything but a live block of this allocator, before anything changes. */
+  private checkFree(b: Block, phase: string): void {
+    if (this.closed) throw new StitchError("CLOSED", `${phase} after close(): this allocator holds no memory any more`);
+    if (!this.live.has(b)) {
+      const where = b instanceof Object && typeof b.addr === "number" ? ` at 0x${b.addr.toString(16)}` : "";
+      throw new StitchError("BAD_ARGUMENT", `block${where} is not a live block of this allocator (double free, or another allocator's?)`);
+    }
+  }
+
   /** free_requested: the program dropped the block; it stays active until freeCompleted. */
   freeRequested(b: Block): void {
-    if (!b.allocated || b.pendingFree) {
+    this.checkFree(b, "free_requested");
+    if (b.pendingFree) {
       throw new StitchError("BAD_ARGUMENT", `block at 0x${b.addr.toString(16)} is not live (double free?)`);
     }
     b.pendingFree = true;
@@ -109,9 +136,11 @@ export class Allocator {
 
   /** free_completed: the memory goes back to the policy. */
   freeCompleted(b: Block): void {
+    this.checkFree(b, "free_completed");
     if (!b.pendingFree) {
       throw new StitchError("BAD_ARGUMENT", `block at 0x${b.addr.toString(16)} has no free_requested before free_completed`);
     }
+    this.live.delete(b);
     const st = this.stats;
     st.activeBytes -= b.size;
     st.requestedBytes -= b.requested;
@@ -125,12 +154,13 @@ export class Allocator {
 
   /** Both phases at once (a free not used on other streams). */
   free(b: Block): void {
-    this.freeRequested(b);
+    this.freeRequested(b); // checks everything freeCompleted would: a refused free changes nothing
     this.freeCompleted(b);
   }
 
   /** torch.cuda.empty_cache(). */
   emptyCache(): void {
+    if (this.closed) throw new StitchError("CLOSED", "emptyCache after close()");
     this.ctx.record(EventKind.emptyCache, 0, 0, 0);
     this.instance.emptyCache();
   }
@@ -140,17 +170,29 @@ export class Allocator {
     (this.invariants ?? new InvariantChecker(this, 0)).full();
   }
 
+  /** Blocks allocated now (from malloc until free_completed). */
+  get liveBlocks(): number {
+    return this.live.size;
+  }
+
   /**
-   * Release everything: live blocks are freed, cached memory released, and the policy's
-   * teardown must leave no handle, mapping or segment behind (checked).
+   * Release everything: blocks still allocated are freed (and reported: the count and
+   * their bytes, not an error), cached memory released, and the policy's teardown must
+   * leave no handle, mapping or segment behind (checked: a policy bug throws INVARIANT).
+   * After close, malloc and free are refused (StitchError CLOSED); close again does
+   * nothing. `_liveBlocks` is not needed any more (the allocator tracks its blocks) and
+   * is ignored.
    */
-  close(liveBlocks: Iterable<Block> = []): void {
-    for (const b of liveBlocks) {
-      if (b.allocated) {
-        if (!b.pendingFree) this.freeRequested(b);
-        this.freeCompleted(b);
-      }
+  close(_liveBlocks?: Iterable<Block>): CloseReport {
+    if (this.closed) return { liveBlocks: 0, liveRequestedBytes: 0 };
+    let liveRequestedBytes = 0;
+    const left = [...this.live];
+    for (const b of left) {
+      liveRequestedBytes += b.requested;
+      if (!b.pendingFree) this.freeRequested(b);
+      this.freeCompleted(b);
     }
+    this.closed = true;
     this.instance.teardown();
     const c = this.ctx;
     if (c.chunks.liveChunks !== 0 || c.chunks.mappingCount !== 0 || c.plainSegments.size !== 0 || c.reservations.size !== 0) {
@@ -159,6 +201,7 @@ export class Allocator {
         `policy ${this.policy.name} teardown left ${c.chunks.liveChunks} handles, ${c.chunks.mappingCount} mappings, ${c.plainSegments.size} segments, ${c.reservations.size} reservations`,
       );
     }
+    return { liveBlocks: left.length, liveRequestedBytes };
   }
 }
 

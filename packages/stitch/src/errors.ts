@@ -5,7 +5,9 @@ export type StitchErrorCode =
   | "BAD_OPTION"
   | "BAD_ARGUMENT"
   | "INVARIANT"
-  | "BAD_TRACE";
+  | "BAD_TRACE"
+  /** A call on an Allocator after its close(). */
+  | "CLOSED";
 
 /** Every error this package throws on bad input or a broken invariant: one line, with a `code`. */
 export class StitchError extends Error {

@@ -1,7 +1,7 @@
 export { Block } from "./block.js";
 export { BlockPool } from "./block-pool.js";
 export { AllocatorContext } from "./context.js";
-export { Allocator, type AllocatorOptions } from "./engine.js";
+export { Allocator, type AllocatorOptions, type CloseReport } from "./engine.js";
 export { StitchError, OutOfMemoryError, isDriverOom, type StitchErrorCode } from "./errors.js";
 export { IntegrityChecker } from "./integrity.js";
 export { InvariantChecker } from "./invariants.js";

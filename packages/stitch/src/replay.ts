@@ -128,8 +128,6 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     });
   const st = new ReplayLoop(log, plan.ref, plan.emptyCache, o.pools ?? null, o.device, onOomStop, makeEngine);
   const engines = st.engines;
-  const blocks = st.blocks;
-  const dev = log.device;
   const mid = n >> 1;
   const s0 = driver.stats();
   let sMid = s0;
@@ -170,16 +168,7 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
   }
   if (o.checkInvariants) for (const e of engines) e?.check();
   if (o.teardown ?? true) {
-    for (let d = 0; d < engines.length; d++) {
-      const e = engines[d];
-      if (!e) continue;
-      const live: Block[] = [];
-      for (let r = 0; r < n; r++) {
-        const b = blocks[r];
-        if (b !== null && b !== undefined && b.allocated && dev[r] === d) live.push(b);
-      }
-      e.close(live);
-    }
+    for (const e of engines) e?.close(); // each frees the blocks it still has live
   }
   for (const e of engines) {
     if (!e || !e.integrity) continue;
