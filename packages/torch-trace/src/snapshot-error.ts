@@ -2,6 +2,7 @@
 export type SnapshotErrorCode =
   | "NOT_FOUND"
   | "IS_DIRECTORY"
+  | "NOT_REGULAR"
   | "IO_ERROR"
   | "EMPTY"
   | "BAD_GZIP"
@@ -9,7 +10,9 @@ export type SnapshotErrorCode =
   | "TRUNCATED"
   | "BAD_OPCODE"
   | "BAD_PICKLE"
-  | "BAD_SHAPE";
+  | "BAD_SHAPE"
+  | "BAD_VALUE"
+  | "LIMIT";
 
 /**
  * The one error type the reader throws for bad input. `message` is one line naming the
