@@ -52,7 +52,7 @@ class Collector {
   ) {}
   add(c: Uint8Array): void {
     this.total += c.length;
-    if (this.total > this.max) throw tooBig(this.path, "more input than that", this.max);
+    if (this.total > this.max) throw tooBig(this.path, `more than ${this.max} bytes of input`, this.max);
     this.chunks.push(c);
   }
   bytes(): Uint8Array {

@@ -10,24 +10,27 @@
 export interface ReadLimits {
   /** Bytes of the file itself (default 4 GiB - 1) or of stdin (default 256 MiB: an endless pipe stops here). */
   maxInputBytes: number;
-  /** Bytes of the pickle after gzip (a gzip bomb stops here). Default: 64x the gzip input (real snapshots inflate 10-16x), at least 32 MiB. */
+  /** Bytes of the pickle after gzip (a gzip bomb stops here). Default: 32x the gzip input (the public traces inflate 10-16x), at least 32 MiB. */
   maxInflatedBytes: number;
   /** Values on the pickle VM's stack plus open MARKs. CPython's pickler never needs more than ~1,000 plus the nesting depth. */
   maxStackDepth: number;
   /** Memo entries (and the largest memo index). Default: one per 4 bytes of pickle, at least 1 M. */
   maxMemoEntries: number;
   /**
-   * Containers made (dict, list, tuple, set) plus the items stored in them; trace entries,
-   * which become EventLog rows, are not counted. Default: one per 4 bytes of pickle, at least 1 M.
+   * Estimated heap bytes of the dicts, lists, tuples and sets built and the items stored in
+   * them (VALUE_COST in pickle-vm.ts: a dict 192, a list 40, an item 8-24); trace entries,
+   * which become EventLog rows, are not counted. This is the object count weighted by what
+   * each object costs: a file of millions of empty dicts ends here. Default: 16x the pickle
+   * (the public traces need at most 0.8x), at least 64 MiB.
    */
-  maxObjects: number;
+  maxValueBytes: number;
   /** Bytes of str / bytes / int payloads decoded into values. Default: 2x the pickle, at least 64 MiB. */
   maxDecodedBytes: number;
   /** Bytes of one LONG1/LONG4 integer, and (x 3) digits of one text INT/LONG/FLOAT. */
   maxIntBytes: number;
 }
 
-export const READ_LIMIT_NAMES = ["maxInputBytes", "maxInflatedBytes", "maxStackDepth", "maxMemoEntries", "maxObjects", "maxDecodedBytes", "maxIntBytes"] as const;
+export const READ_LIMIT_NAMES = ["maxInputBytes", "maxInflatedBytes", "maxStackDepth", "maxMemoEntries", "maxValueBytes", "maxDecodedBytes", "maxIntBytes"] as const;
 export type ReadLimitName = (typeof READ_LIMIT_NAMES)[number];
 
 const MiB = 2 ** 20;
@@ -41,7 +44,7 @@ export const FIXED_READ_LIMITS = Object.freeze({
 
 /** The limits for a gzip input of `compressed` bytes (0 when it is not gzip). */
 export function inflateLimit(compressed: number, over?: Partial<ReadLimits>): number {
-  return over?.maxInflatedBytes ?? Math.min(FIXED_READ_LIMITS.maxInputBytes, Math.max(32 * MiB, 64 * compressed));
+  return over?.maxInflatedBytes ?? Math.min(FIXED_READ_LIMITS.maxInputBytes, Math.max(32 * MiB, 32 * compressed));
 }
 
 /** The limits for a pickle of `pickleBytes` bytes, with overrides applied. */
@@ -51,7 +54,7 @@ export function readLimits(pickleBytes: number, over: Partial<ReadLimits> = {}):
     maxInflatedBytes: over.maxInflatedBytes ?? inflateLimit(0),
     maxStackDepth: over.maxStackDepth ?? FIXED_READ_LIMITS.maxStackDepth,
     maxMemoEntries: over.maxMemoEntries ?? Math.max(1 << 20, Math.ceil(pickleBytes / 4)),
-    maxObjects: over.maxObjects ?? Math.max(1 << 20, Math.ceil(pickleBytes / 4)),
+    maxValueBytes: over.maxValueBytes ?? Math.max(64 * MiB, 16 * pickleBytes),
     maxDecodedBytes: over.maxDecodedBytes ?? Math.max(64 * MiB, 2 * pickleBytes),
     maxIntBytes: over.maxIntBytes ?? FIXED_READ_LIMITS.maxIntBytes,
   };

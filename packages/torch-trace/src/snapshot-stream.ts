@@ -1,5 +1,5 @@
 import { EventKind, EventLog, TORCH_ACTIONS } from "@gmlake/trace";
-import { BuiltContainer, describe, RecordSink, type PickleBuilder, type PickleVM, type PyValue } from "./pickle-vm.js";
+import { BuiltContainer, describe, RecordSink, VALUE_COST, type PickleBuilder, type PickleVM, type PyValue } from "./pickle-vm.js";
 import { SnapshotError } from "./snapshot-error.js";
 import type { Frame } from "./snapshot.js";
 
@@ -335,7 +335,7 @@ export class SnapshotStream implements PickleBuilder {
     } else {
       const known = this.log.streams.length;
       sid = this.log.streamId(rawStream);
-      if (this.log.streams.length !== known) this.vm.countObjects(8); // a Map entry and more
+      if (this.log.streams.length !== known) this.vm.countValues(VALUE_COST.stream);
       this.lastStreamRaw = rawStream;
       this.lastStreamId = sid;
     }
