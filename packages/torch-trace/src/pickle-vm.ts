@@ -231,7 +231,7 @@ export class PickleVM {
   }
 
   private memoFull(idx: number): never {
-    return this.overLimit("maxMemoEntries", `memo index ${idx}`);
+    return this.overLimit("maxMemoEntries", `memo entry ${idx + 1}`);
   }
 
   private dictKey(k: PyValue): string {
