@@ -1,5 +1,6 @@
 import { basename } from "node:path";
-import { readSnapshot, type Snapshot } from "@gmlake/torch-trace";
+import { envReadLimits, parseReadLimits, readSnapshot, readSnapshotStream, type ReadLimits, type Snapshot } from "@gmlake/torch-trace";
+import { UsageError } from "./cli-error.js";
 import { DEFAULT_TRACE } from "./default-trace.js";
 
 export interface LoadedTrace {
@@ -11,6 +12,7 @@ export interface LoadedTrace {
 }
 
 export function traceName(path: string): string {
+  if (path === "-") return "stdin";
   return basename(path).replace(/\.gz$/, "").replace(/\.(pickle|pkl)$/, "");
 }
 
@@ -19,9 +21,31 @@ export function nameOf(path: string | undefined): string {
   return path === undefined ? "train_default (embedded)" : traceName(path);
 }
 
-/** Reads a snapshot (SnapshotError on bad input, which the CLI reports as exit 2). */
+let limits: Partial<ReadLimits> = {};
+
+/**
+ * The reader's resource limits for this run: GMLAKE_READ_LIMITS, then every `--limit
+ * name=value` (a later one wins). A bad name or value is a usage error.
+ */
+export function setReadLimits(flags: unknown): void {
+  const list = flags === undefined ? [] : Array.isArray(flags) ? flags : [flags];
+  try {
+    limits = envReadLimits();
+  } catch (e) {
+    throw new UsageError(`GMLAKE_READ_LIMITS: ${(e as Error).message}`);
+  }
+  for (const f of list) {
+    try {
+      Object.assign(limits, parseReadLimits(String(f)));
+    } catch (e) {
+      throw new UsageError(`--limit: ${(e as Error).message}`);
+    }
+  }
+}
+
+/** Reads a snapshot ('-' is stdin; SnapshotError on bad input, which the CLI reports as exit 2). */
 export async function loadTrace(path: string | undefined): Promise<LoadedTrace> {
   const p = path ?? DEFAULT_TRACE;
-  const snapshot = await readSnapshot(p);
+  const snapshot = p === "-" ? await readSnapshotStream(process.stdin, { name: "<stdin>", limits }) : await readSnapshot(p, { limits });
   return { path: p, name: nameOf(path), snapshot };
 }

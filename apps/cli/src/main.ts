@@ -4,6 +4,7 @@ import { terminalSafe } from "@gmlake/output";
 import { EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OUTPUT, UsageError, isInputError, isOutputError } from "./cli-error.js";
 import type { Command } from "./command.js";
 import { COMMANDS } from "./commands/index.js";
+import { setReadLimits } from "./load-trace.js";
 import { printText } from "./outputs.js";
 
 const HELP = `gmlake: how much GPU memory each allocator wastes on your PyTorch job
@@ -14,6 +15,10 @@ Commands:
 ${COMMANDS.map((c) => `  ${c.name.padEnd(9)} ${c.summary}`).join("\n")}
 
 Run 'gmlake <command> --help' for a command's options and an example.
+A trace argument of '-' reads stdin. Every command takes --limit NAME=N (repeatable) to
+raise one of the reader's resource limits (maxInputBytes, maxInflatedBytes,
+maxStackDepth, maxMemoEntries, maxValueBytes, maxDecodedBytes, maxIntBytes; also
+GMLAKE_READ_LIMITS=NAME=N,NAME=N).
 Without a trace argument, compare runs on a small embedded trace.
 Exit codes: 0 success (an out-of-memory found by a replay is a result), 2 bad input or usage,
 3 an output could not be written (disk full, read-only, stdout closed), 1 internal failure.`;
@@ -36,7 +41,7 @@ function joinExportArgs(argv: string[]): string[] {
 async function runCommand(cmd: Command, argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({
     args: joinExportArgs(argv),
-    options: { ...cmd.options, help: { type: "boolean", short: "h" } },
+    options: { ...cmd.options, help: { type: "boolean", short: "h" }, limit: { type: "string", multiple: true } },
     allowPositionals: cmd.positionals !== "none",
     strict: true,
   });
@@ -50,7 +55,9 @@ async function runCommand(cmd: Command, argv: string[]): Promise<void> {
   if (cmd.positionals === "many" && positionals.length === 0) {
     throw new UsageError(`${cmd.name} needs at least one trace file (see 'gmlake ${cmd.name} --help')`);
   }
-  await cmd.run(values, positionals);
+  setReadLimits(values.limit);
+  const { limit: _limit, ...rest } = values;
+  await cmd.run(rest, positionals);
 }
 
 export async function main(argv: string[]): Promise<number> {

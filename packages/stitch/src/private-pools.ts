@@ -7,7 +7,7 @@ import { EventKind, type EventLog, type SegmentState } from "@gmlake/trace";
  * of P that a recorded segment_alloc (or, expandable, segment_map) had opened before it.
  * Returns per-event pool ordinals (0 = default pools) or null when no private pool exists.
  */
-export function privatePoolTags(log: EventLog, segments: readonly SegmentState[] | undefined): Uint16Array | null {
+export function privatePoolTags(log: EventLog, segments: readonly SegmentState[] | undefined): Uint32Array | null {
   if (!segments) return null;
   const priv = segments.filter((s) => s.poolId !== null && (s.poolId[0] !== 0 || s.poolId[1] !== 0));
   if (priv.length === 0) return null;
@@ -18,23 +18,47 @@ export function privatePoolTags(log: EventLog, segments: readonly SegmentState[]
     if (id === undefined) ids.set(key, (id = ids.size + 1));
     return id;
   });
-  const active = new Uint8Array(priv.length);
-  const tags = new Uint16Array(log.length);
-  const inside = (j: number, a: number, d: number) => {
-    const s = priv[j]!;
-    return s.device === d && a >= s.address && a < s.address + s.totalSize;
+  // Per device, the private segments sorted by address: live segments of one device are
+  // disjoint (the reader checks), so the one holding an address is found by binary search
+  // and tagging costs O(events x log segments) (a scan of every segment per event was
+  // quadratic: 20k pools took 81 s).
+  const byDev = new Map<number, number[]>();
+  priv.forEach((s, j) => {
+    let l = byDev.get(s.device);
+    if (l === undefined) byDev.set(s.device, (l = []));
+    l.push(j);
+  });
+  for (const l of byDev.values()) l.sort((x, y) => priv[x]!.address - priv[y]!.address);
+  /** The private segment of device d holding address a, or -1. */
+  const find = (a: number, d: number): number => {
+    const l = byDev.get(d);
+    if (l === undefined) return -1;
+    let lo = 0;
+    let hi = l.length - 1;
+    let at = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (priv[l[mid]!]!.address <= a) {
+        at = mid;
+        lo = mid + 1;
+      } else hi = mid - 1;
+    }
+    if (at < 0) return -1;
+    const j = l[at]!;
+    return a < priv[j]!.address + priv[j]!.totalSize ? j : -1;
   };
+  const active = new Uint8Array(priv.length);
+  const tags = new Uint32Array(log.length);
   for (let i = 0; i < log.length; i++) {
     const k = log.kind[i]!;
+    if (k !== EventKind.segmentAlloc && k !== EventKind.segmentMap && k !== EventKind.segmentFree && k !== EventKind.alloc) continue;
     const a = log.addr[i]!;
-    const d = log.device[i]!;
-    if (k === EventKind.segmentAlloc || k === EventKind.segmentMap) {
-      for (let j = 0; j < priv.length; j++) if (inside(j, a, d)) active[j] = 1;
-    } else if (k === EventKind.segmentFree) {
-      for (let j = 0; j < priv.length; j++) if (priv[j]!.address === a && priv[j]!.device === d) active[j] = 0;
-    } else if (k === EventKind.alloc) {
-      for (let j = 0; j < priv.length; j++) if (active[j] === 1 && inside(j, a, d)) tags[i] = poolOf[j]!;
-    }
+    const j = find(a, log.device[i]!);
+    if (j < 0) continue;
+    if (k === EventKind.segmentAlloc || k === EventKind.segmentMap) active[j] = 1;
+    else if (k === EventKind.segmentFree) {
+      if (priv[j]!.address === a) active[j] = 0;
+    } else if (active[j] === 1) tags[i] = poolOf[j]!;
   }
   return tags;
 }

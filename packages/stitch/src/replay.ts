@@ -33,7 +33,7 @@ export interface ReplayOptions {
   /** Chunk sizes for the chunk pool. */
   chunkSizes?: number[];
   /** Per-event private pool ordinals (privatePoolTags(log, snapshot.segments)); 0 = default pools. */
-  pools?: Uint16Array | null;
+  pools?: Uint32Array | null;
 }
 
 export interface OomReport {
@@ -230,7 +230,7 @@ class ReplayLoop {
     log: EventLog,
     private readonly ref: Int32Array,
     private readonly empty: Uint8Array,
-    private readonly pools: Uint16Array | null,
+    private readonly pools: Uint32Array | null,
     private readonly only: number | undefined,
     private readonly stopOnOom: boolean,
     private readonly makeEngine: (device: number) => Allocator,

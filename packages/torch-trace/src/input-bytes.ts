@@ -1,5 +1,6 @@
 import { gunzipSync } from "node:zlib";
 import { SnapshotError } from "./snapshot-error.js";
+import { inflateLimit, limitHint, type ReadLimits } from "./read-limits.js";
 
 export interface PickleBytes {
   bytes: Uint8Array;
@@ -11,13 +12,13 @@ export interface PickleBytes {
  * one buffer; a pickle must start with PROTO (0x80) or, for protocol 0/1, with MARK or
  * EMPTY_DICT. Anything else is NOT_A_PICKLE, naming what it looks like when we can tell.
  */
-export function pickleBytes(input: Uint8Array, source: string): PickleBytes {
+export function pickleBytes(input: Uint8Array, source: string, limits: Partial<ReadLimits> = {}): PickleBytes {
   if (input.length === 0) throw new SnapshotError("EMPTY", source, "empty file");
   let bytes = input;
   let gzip = false;
   if (input[0] === 0x1f && input.length >= 2 && input[1] === 0x8b) {
     gzip = true;
-    bytes = gunzip(input, source);
+    bytes = gunzip(input, source, inflateLimit(input.length, limits));
     if (bytes.length === 0) throw new SnapshotError("EMPTY", source, "gzip holds no data");
   }
   const b0 = bytes[0];
@@ -30,22 +31,23 @@ export function pickleBytes(input: Uint8Array, source: string): PickleBytes {
   throw new SnapshotError("NOT_A_PICKLE", source, `not a pickle${gzip ? " inside the gzip" : ""} (${sniff(bytes)})`);
 }
 
-function gunzip(input: Uint8Array, source: string): Uint8Array {
+function gunzip(input: Uint8Array, source: string, max: number): Uint8Array {
   // ISIZE (last 4 bytes) is the size mod 2^32 of the last member: used only as a hint for
   // the output chunk so that zlib writes one buffer instead of concatenating many.
   const n = input.length;
   const isize = n >= 18 ? (input[n - 4] | (input[n - 3] << 8) | (input[n - 2] << 16) | (input[n - 1] << 24)) >>> 0 : 0;
-  const chunkSize = Math.max(64 * 1024, Math.min(isize + 1, n * 1100, 1 << 30));
+  const chunkSize = Math.max(64 * 1024, Math.min(isize + 1, n * 1100, max + 1, 1 << 30));
   try {
-    return gunzipSync(input, { chunkSize });
+    // maxOutputLength stops a gzip bomb after `max` bytes instead of filling the memory.
+    return gunzipSync(input, { chunkSize, maxOutputLength: max });
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     const msg = err.message ?? String(e);
     if (err.code === "Z_BUF_ERROR" || /unexpected end/i.test(msg)) {
       throw new SnapshotError("TRUNCATED", source, `truncated gzip (${msg})`);
     }
-    if (err.code === "ERR_BUFFER_TOO_LARGE" || /too large/i.test(msg)) {
-      throw new SnapshotError("BAD_GZIP", source, `gzip data too large to inflate (${msg})`);
+    if (err.code === "ERR_BUFFER_TOO_LARGE" || /too large|larger than/i.test(msg)) {
+      throw new SnapshotError("LIMIT", source, `the gzip data inflates to more than the reader's limit maxInflatedBytes=${max} (${limitHint("maxInflatedBytes")})`);
     }
     throw new SnapshotError("BAD_GZIP", source, `bad gzip data (${msg})`);
   }

@@ -1,5 +1,6 @@
 import { SnapshotError, type SnapshotErrorCode } from "./snapshot-error.js";
 import { opcodeName } from "./pickle-opcodes.js";
+import { limitHint, readLimits, type ReadLimitName, type ReadLimits } from "./read-limits.js";
 
 /**
  * Python values as the VM yields them: dict -> Map, list/tuple/set -> array, str -> string,
@@ -47,6 +48,13 @@ export interface PickleBuilder {
 const TWO32 = 4294967296;
 
 /**
+ * What a built value costs on V8's heap, in bytes (measured on Node 20: an empty Map
+ * takes ~184, an array ~32, a slot 8): maxValueBytes bounds their sum, so that a file of
+ * millions of empty dicts stops long before the heap does.
+ */
+export const VALUE_COST = Object.freeze({ dict: 192, list: 40, dictItem: 24, listItem: 8, stream: 64 });
+
+/**
  * A pickle virtual machine for plain data (protocols 0-5 minus object construction),
  * written for speed over one Uint8Array: no per-op allocation beyond the values made.
  * Object-construction opcodes (GLOBAL, REDUCE, BUILD, ...) are refused: a memory snapshot
@@ -72,15 +80,47 @@ export class PickleVM {
   private readonly td = new TextDecoder("utf-8", { fatal: false });
 
   private readonly buf: Uint8Array;
+  readonly limits: ReadLimits;
+  // Copies of the limits and the running counts they bound (see read-limits.ts).
+  private readonly maxStack: number;
+  private readonly maxMemo: number;
+  private readonly maxValueBytes: number;
+  private readonly maxDecoded: number;
+  private readonly maxIntBytes: number;
+  /** Estimated heap bytes of the containers made and the items stored in them (trace entries excluded). */
+  valueBytes = 0;
+  /** Bytes of str / bytes / int payloads decoded. */
+  decoded = 0;
 
   constructor(
     bytes: Uint8Array,
     private readonly source: string,
     private readonly builder?: PickleBuilder,
+    limits?: Partial<ReadLimits>,
   ) {
     // A plain Uint8Array view (not a Buffer subclass) keeps element loads monomorphic.
     this.buf = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     this.dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    this.limits = readLimits(bytes.length, limits);
+    this.maxStack = this.limits.maxStackDepth;
+    this.maxMemo = this.limits.maxMemoEntries;
+    this.maxValueBytes = this.limits.maxValueBytes;
+    this.maxDecoded = this.limits.maxDecodedBytes;
+    this.maxIntBytes = this.limits.maxIntBytes;
+  }
+
+  /** Throws LIMIT for limit `name` (value `limit`), naming what hit it. */
+  overLimit(name: ReadLimitName, what: string): never {
+    return this.fail("LIMIT", `${what} exceeds the reader's limit ${name}=${this.limits[name]} (${limitHint(name)})`);
+  }
+
+  /** Counts n estimated heap bytes of built values against maxValueBytes (see VALUE_COST). */
+  countValues(n: number): void {
+    if ((this.valueBytes += n) > this.maxValueBytes) this.overLimit("maxValueBytes", "the memory of the dicts, lists and items built");
+  }
+
+  private countDecoded(n: number): void {
+    if ((this.decoded += n) > this.maxDecoded) this.overLimit("maxDecodedBytes", "the decoded strings, bytes and integers");
   }
 
   /** The stack depth at the innermost MARK, or -1 when there is none. */
@@ -126,12 +166,15 @@ export class PickleVM {
       const s = ascii ? String.fromCharCode.apply(null, b.subarray(p, p + n) as unknown as number[]) : this.td.decode(b.subarray(p, p + n));
       this.strCache[n] = s;
       this.strCachePos[n] = p;
+      this.decoded += n;
       return s;
     }
+    this.countDecoded(n);
     return this.td.decode(b.subarray(p, p + n));
   }
 
   private latin1(p: number, n: number): string {
+    this.countDecoded(n);
     let s = "";
     for (let i = 0; i < n; i += 4096) s += String.fromCharCode.apply(null, this.buf.subarray(p + i, p + Math.min(n, i + 4096)) as unknown as number[]);
     return s;
@@ -141,6 +184,7 @@ export class PickleVM {
   private long(p: number, n: number): number | bigint {
     const b = this.buf;
     if (n === 0) return 0;
+    if (n > this.maxIntBytes) this.overLimit("maxIntBytes", `an integer of ${n} bytes`);
     const neg = (b[p + n - 1] & 0x80) !== 0;
     if (n <= 6) {
       let v = 0;
@@ -181,8 +225,13 @@ export class PickleVM {
   }
 
   private memoPut(idx: number, v: PyValue): void {
+    if (idx >= this.maxMemo) this.memoFull(idx);
     if (v instanceof BuiltContainer && this.builder !== undefined) v = this.builder.memoized(v, idx);
     this.memo[idx] = v;
+  }
+
+  private memoFull(idx: number): never {
+    return this.overLimit("maxMemoEntries", `memo entry ${idx + 1}`);
   }
 
   private dictKey(k: PyValue): string {
@@ -195,6 +244,7 @@ export class PickleVM {
   private setItems(target: PyValue, from: number, to: number): void {
     const s = this.stack;
     if (target instanceof Map) {
+      this.countValues(VALUE_COST.dictItem * ((to - from) >> 1));
       for (let i = from; i < to; i += 2) target.set(this.dictKey(s[i]), s[i + 1]);
     } else if (this.builder !== undefined && target instanceof BuiltContainer) {
       this.builder.setItems(target, s, from, to);
@@ -206,6 +256,7 @@ export class PickleVM {
   private appendItems(target: PyValue, from: number, to: number): void {
     const s = this.stack;
     if (Array.isArray(target)) {
+      this.countValues(VALUE_COST.listItem * (to - from));
       for (let i = from; i < to; i++) target.push(s[i]);
     } else if (this.builder !== undefined && target instanceof BuiltContainer) {
       this.builder.appendItems(target, s, from, to);
@@ -215,6 +266,7 @@ export class PickleVM {
   }
 
   private pushMark(sp: number): void {
+    if (this.mp + sp >= this.maxStack) this.overLimit("maxStackDepth", "the pickle's stack (values and MARKs)");
     if (this.mp === this.marks.length) {
       const m = new Int32Array(this.marks.length * 2);
       m.set(this.marks);
@@ -342,7 +394,9 @@ export class PickleVM {
     const b = this.buf;
     const op = b[pos];
     if (op === 0x94) {
-      this.memo[this.memo.length] = v;
+      const idx = this.memo.length;
+      if (idx >= this.maxMemo) this.memoFull(idx);
+      this.memo[idx] = v;
       return pos + 1;
     }
     if (op === 0x71 && pos + 2 <= b.length) {
@@ -350,7 +404,9 @@ export class PickleVM {
       return pos + 2;
     }
     if (op === 0x72 && pos + 5 <= b.length) {
-      this.memo[this.dv.getUint32(pos + 1, true)] = v;
+      const idx = this.dv.getUint32(pos + 1, true);
+      if (idx >= this.maxMemo) this.memoFull(idx);
+      this.memo[idx] = v;
       return pos + 5;
     }
     return pos;
@@ -470,10 +526,13 @@ export class PickleVM {
     let sp = 0;
     // floor: the stack depth at the innermost MARK (values below it cannot be popped).
     let floor = 0;
+    const maxStack = this.maxStack;
     while (pos < len) {
       const op = b[pos];
       this.opPos = pos;
       pos++;
+      // Every opcode pushes at most one value, so checking once per opcode bounds the stack.
+      if (sp >= maxStack) this.overLimit("maxStackDepth", "the pickle's stack (values and MARKs)");
       switch (op) {
         case 0x80: {
           // PROTO
@@ -622,6 +681,7 @@ export class PickleVM {
           if (pos >= len) this.truncated(pos, 1);
           const n = b[pos++];
           if (pos + n > len) this.truncated(pos, n);
+          this.countDecoded(n);
           st[sp++] = new Uint8Array(b.subarray(pos, pos + n));
           pos += n;
           break;
@@ -632,6 +692,7 @@ export class PickleVM {
           const n = dv.getUint32(pos, true);
           pos += 4;
           if (n > len - pos) this.truncated(pos, n);
+          this.countDecoded(n);
           st[sp++] = new Uint8Array(b.subarray(pos, pos + n));
           pos += n;
           break;
@@ -643,6 +704,7 @@ export class PickleVM {
           const n = dv.getUint32(pos, true) + dv.getUint32(pos + 4, true) * TWO32;
           pos += 8;
           if (n > len - pos) this.truncated(pos, n);
+          this.countDecoded(n);
           st[sp++] = new Uint8Array(b.subarray(pos, pos + n));
           pos += n;
           break;
@@ -692,6 +754,7 @@ export class PickleVM {
             floor = this.mp === 0 ? 0 : this.marks[this.mp - 1];
             break;
           }
+          if (d === undefined) this.countValues(VALUE_COST.dict);
           st[sp++] = d === undefined ? new Map() : d;
           break;
         }
@@ -702,11 +765,13 @@ export class PickleVM {
             this.sp = sp;
             l = builder.newList(this);
           }
+          if (l === undefined) this.countValues(VALUE_COST.list);
           st[sp++] = l === undefined ? [] : l;
           break;
         }
         case 0x29: // EMPTY_TUPLE
         case 0x8f: // EMPTY_SET
+          this.countValues(VALUE_COST.list);
           st[sp++] = [];
           break;
         case 0x64: {
@@ -715,6 +780,7 @@ export class PickleVM {
           const m = this.marks[--this.mp];
           floor = this.mp === 0 ? 0 : this.marks[this.mp - 1];
           if ((sp - m) % 2 !== 0) this.fail("BAD_PICKLE", "DICT with an odd number of items");
+          this.countValues(VALUE_COST.dict + VALUE_COST.dictItem * ((sp - m) >> 1));
           const d = new Map<string, PyValue>();
           for (let i = m; i < sp; i += 2) d.set(this.dictKey(st[i]), st[i + 1]);
           sp = m;
@@ -728,6 +794,7 @@ export class PickleVM {
           if (this.mp === 0) this.noMark();
           const m = this.marks[--this.mp];
           floor = this.mp === 0 ? 0 : this.marks[this.mp - 1];
+          this.countValues(VALUE_COST.list + VALUE_COST.listItem * (sp - m));
           const items = st.slice(m, sp);
           sp = m;
           st[sp++] = items;
@@ -735,15 +802,18 @@ export class PickleVM {
         }
         case 0x85: // TUPLE1
           if (sp - 1 < floor) this.underflow();
+          this.countValues(VALUE_COST.list + 1 * VALUE_COST.listItem);
           st[sp - 1] = [st[sp - 1]];
           break;
         case 0x86: // TUPLE2
           if (sp - 2 < floor) this.underflow();
+          this.countValues(VALUE_COST.list + 2 * VALUE_COST.listItem);
           st[sp - 2] = [st[sp - 2], st[sp - 1]];
           sp--;
           break;
         case 0x87: // TUPLE3
           if (sp - 3 < floor) this.underflow();
+          this.countValues(VALUE_COST.list + 3 * VALUE_COST.listItem);
           st[sp - 3] = [st[sp - 3], st[sp - 2], st[sp - 1]];
           sp -= 2;
           break;
@@ -837,11 +907,15 @@ export class PickleVM {
     if (lower === "inf" || lower === "+inf") return Infinity;
     if (lower === "-inf") return -Infinity;
     if (lower === "nan" || lower === "+nan" || lower === "-nan") return NaN;
-    if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(t)) this.fail("BAD_PICKLE", `FLOAT with bad text ${JSON.stringify(t.slice(0, 20))}`);
+    if (t.length > 3 * this.maxIntBytes) this.overLimit("maxIntBytes", `a FLOAT of ${t.length} characters`);
+    // Unambiguous (no two ways to match a digit run), so a failing match is linear.
+    if (!/^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$/.test(t)) this.fail("BAD_PICKLE", `FLOAT with bad text ${JSON.stringify(t.slice(0, 20))}`);
     return Number(t);
   }
 
   private parseIntText(t: string): number | bigint {
+    // BigInt() of a decimal string is quadratic in its length: bound it first.
+    if (t.length > 3 * this.maxIntBytes) this.overLimit("maxIntBytes", `an integer of ${t.length} digits`);
     if (!/^[+-]?\d+$/.test(t)) this.fail("BAD_PICKLE", `integer opcode with bad text ${JSON.stringify(t.slice(0, 20))}`);
     const big = BigInt(t);
     const d = Number(big);

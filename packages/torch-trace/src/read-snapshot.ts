@@ -1,6 +1,6 @@
-import { readFile, stat } from "node:fs/promises";
-import { statSync, readFileSync } from "node:fs";
+import { EventLog, type EventKind } from "@gmlake/trace";
 import { pickleBytes } from "./input-bytes.js";
+import { readInputFile, readInputFileSync, readInputStream } from "./read-input.js";
 import { PickleVM } from "./pickle-vm.js";
 import { emptyReconstruction, reconstruct } from "./reconstruct.js";
 import { SnapshotError } from "./snapshot-error.js";
@@ -15,44 +15,33 @@ export type SnapshotInput = string | Uint8Array | ArrayBuffer;
 /** Reads a PyTorch memory snapshot (a path, or the file's bytes; gzip or plain pickle). */
 export async function readSnapshot(input: SnapshotInput, options: ReadOptions = {}): Promise<Snapshot> {
   if (typeof input !== "string") return readSnapshotBytes(input, options);
-  let bytes: Uint8Array;
-  try {
-    const st = await stat(input);
-    if (st.isDirectory()) throw new SnapshotError("IS_DIRECTORY", input, "is a directory, not a snapshot file");
-    bytes = await readFile(input);
-  } catch (e) {
-    throw fileError(e, input);
-  }
+  const bytes = await readInputFile(input, options.limits);
   return readSnapshotBytes(bytes, { ...options, name: options.name ?? input });
 }
 
 /** Synchronous variant of readSnapshot for a path. */
 export function readSnapshotFileSync(path: string, options: ReadOptions = {}): Snapshot {
-  let bytes: Uint8Array;
-  try {
-    if (statSync(path).isDirectory()) throw new SnapshotError("IS_DIRECTORY", path, "is a directory, not a snapshot file");
-    bytes = readFileSync(path);
-  } catch (e) {
-    throw fileError(e, path);
-  }
+  const bytes = readInputFileSync(path, options.limits);
   return readSnapshotBytes(bytes, { ...options, name: options.name ?? path });
 }
 
-function fileError(e: unknown, path: string): SnapshotError {
-  if (e instanceof SnapshotError) return e;
-  const err = e as NodeJS.ErrnoException;
-  if (err.code === "ENOENT") return new SnapshotError("NOT_FOUND", path, "no such file");
-  if (err.code === "EISDIR") return new SnapshotError("IS_DIRECTORY", path, "is a directory, not a snapshot file");
-  return new SnapshotError("IO_ERROR", path, `cannot read (${err.code ?? err.message})`);
+/**
+ * Reads a snapshot from a stream such as process.stdin, at most `limits.maxInputBytes`
+ * (default 256 MiB) of it; refused at the first byte when it does not start like one.
+ */
+export async function readSnapshotStream(stream: AsyncIterable<Uint8Array | string>, options: ReadOptions = {}): Promise<Snapshot> {
+  const name = options.name ?? "<stdin>";
+  const bytes = await readInputStream(stream, name, options.limits);
+  return readSnapshotBytes(bytes, { ...options, name });
 }
 
 /** Reads a snapshot from its bytes, synchronously. */
 export function readSnapshotBytes(input: Uint8Array | ArrayBuffer, options: ReadOptions = {}): Snapshot {
   const source = options.name ?? "<bytes>";
   const raw = input instanceof Uint8Array ? input : new Uint8Array(input);
-  const { bytes, gzip } = pickleBytes(raw, source);
+  const { bytes, gzip } = pickleBytes(raw, source, options.limits);
   const stream = new SnapshotStream(source, options.frames === true, bytes.length);
-  const vm = new PickleVM(bytes, source, stream);
+  const vm = new PickleVM(bytes, source, stream, options.limits);
   stream.attach(vm);
   let value: unknown;
   try {
@@ -70,6 +59,9 @@ export function readSnapshotBytes(input: Uint8Array | ArrayBuffer, options: Read
     throw new SnapshotError("BAD_SHAPE", source, `dict without device_traces or segments (keys: ${[...root.keys()].slice(0, 8).join(", ") || "none"})`);
   }
   let log = stream.log;
+  let frames = stream.frames;
+  const kept = stream.keepLastDeviceTraces(root);
+  if (kept !== null) ({ log, frames } = keepRows(log, frames, kept));
   let report = emptyReconstruction();
   let newIndex: Int32Array | null = null;
   if (options.reconstruct !== false) ({ log, report, newIndex } = reconstruct(log, segments));
@@ -92,16 +84,24 @@ export function readSnapshotBytes(input: Uint8Array | ArrayBuffer, options: Read
     inexactIntegers: stream.inexactIntegers + shape.inexactIntegers,
     extraKeys: [...root.keys()].filter((k) => !KNOWN_KEYS.has(k)),
   };
-  if (stream.frames !== undefined) {
-    let frames = stream.frames;
+  if (frames !== undefined) {
     if (newIndex !== null) {
       // Synthetic head events shifted the rows.
       const ni = newIndex;
+      const old = frames;
       frames = new Array<Frame[] | undefined>(log.length);
-      stream.frames.forEach((f, i) => (frames[ni[i]] = f));
+      old.forEach((f, i) => ((frames as (Frame[] | undefined)[])[ni[i]] = f));
     }
     frames.length = log.length;
     snapshot.frames = frames;
   }
   return snapshot;
+}
+
+/** The rows `kept` of a log (a repeated device_traces key: the last one wins). */
+function keepRows(log: EventLog, frames: (Frame[] | undefined)[] | undefined, kept: Int32Array): { log: EventLog; frames: (Frame[] | undefined)[] | undefined } {
+  const out = new EventLog(kept.length);
+  for (const raw of log.streams) out.streamId(raw);
+  for (const i of kept) out.push(log.kind[i] as EventKind, log.addr[i], log.size[i], log.stream[i], log.device[i], log.timeUs[i], log.aux[i]);
+  return { log: out, frames: frames === undefined ? undefined : Array.from(kept, (i) => frames[i]) };
 }

@@ -3,65 +3,132 @@ import type { ReconstructedBlock, Reconstruction, SegmentState } from "./snapsho
 
 const LIST_CAP = 10_000;
 
-/** Sorted disjoint [start, end) ranges: the mapped segment bytes of one device. */
+/** A treap node: one mapped range [start, end). */
+interface RangeNode {
+  start: number;
+  end: number;
+  prio: number;
+  left: RangeNode | null;
+  right: RangeNode | null;
+}
+
+/** Nodes with start < key go left, the rest right. */
+function split(t: RangeNode | null, key: number): [RangeNode | null, RangeNode | null] {
+  if (t === null) return [null, null];
+  if (t.start < key) {
+    const [l, r] = split(t.right, key);
+    t.right = l;
+    return [t, r];
+  }
+  const [l, r] = split(t.left, key);
+  t.left = r;
+  return [l, t];
+}
+
+/** Joins two treaps where every start of `a` is below every start of `b`. */
+function merge(a: RangeNode | null, b: RangeNode | null): RangeNode | null {
+  if (a === null) return b;
+  if (b === null) return a;
+  if (a.prio > b.prio) {
+    a.right = merge(a.right, b);
+    return a;
+  }
+  b.left = merge(a, b.left);
+  return b;
+}
+
+function inOrder(t: RangeNode | null, out: RangeNode[]): void {
+  while (t !== null) {
+    inOrder(t.left, out);
+    out.push(t);
+    t = t.right;
+  }
+}
+
+/**
+ * Sorted disjoint [start, end) ranges: the mapped segment bytes of one device. A treap
+ * (split / merge by start), so that each add or remove costs O(log n + ranges it touches):
+ * a history of 100k segments stays linear-logarithmic, where sorted arrays went quadratic.
+ */
 class RangeSet {
-  private starts: number[] = [];
-  private ends: number[] = [];
+  private root: RangeNode | null = null;
+  // A fixed-seed xorshift: priorities need only be spread, not secret.
+  private seed = 0x9e3779b9;
+
+  private node(start: number, end: number): RangeNode {
+    let x = this.seed;
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    this.seed = x >>> 0;
+    return { start, end, prio: this.seed, left: null, right: null };
+  }
+
+  /**
+   * Cuts out the ranges that overlap [a, b): returns [below, overlapping (in order), above].
+   * Ranges are disjoint, so only the last range starting below `a` can reach into it.
+   */
+  private cut(a: number, b: number): [RangeNode | null, RangeNode[], RangeNode | null] {
+    const [l, rest] = split(this.root, a);
+    const [m, r] = split(rest, b);
+    const over: RangeNode[] = [];
+    let below = l;
+    if (l !== null) {
+      let last = l;
+      while (last.right !== null) last = last.right;
+      if (last.end > a) {
+        const [l2, lastOnly] = split(l, last.start);
+        below = l2;
+        if (lastOnly !== null) inOrder(lastOnly, over);
+      }
+    }
+    inOrder(m, over);
+    for (const n of over) n.left = n.right = null;
+    return [below, over, r];
+  }
 
   add(a: number, b: number): void {
-    this.remove(a, b);
-    let i = 0;
-    while (i < this.starts.length && this.starts[i] < a) i++;
-    this.starts.splice(i, 0, a);
-    this.ends.splice(i, 0, b);
+    const [l, over, r] = this.cut(a, b);
+    let mid: RangeNode | null = null;
+    for (const n of over) if (n.start < a) mid = merge(mid, this.node(n.start, a));
+    mid = merge(mid, this.node(a, b));
+    for (const n of over) if (n.end > b) mid = merge(mid, this.node(b, n.end));
+    this.root = merge(merge(l, mid), r);
   }
 
   /** Removes [a, b) and returns the parts of it that were not present. */
   remove(a: number, b: number): Array<[number, number]> {
-    const missing: Array<[number, number]> = [];
-    let cur = a;
-    const ns: number[] = [];
-    const ne: number[] = [];
-    for (let i = 0; i < this.starts.length; i++) {
-      const s = this.starts[i];
-      const e = this.ends[i];
-      if (e <= a || s >= b) {
-        ns.push(s);
-        ne.push(e);
-        continue;
-      }
-      if (s > cur) missing.push([cur, Math.min(s, b)]);
-      cur = Math.max(cur, e);
-      if (s < a) {
-        ns.push(s);
-        ne.push(a);
-      }
-      if (e > b) {
-        ns.push(b);
-        ne.push(e);
-      }
+    const [l, over, r] = this.cut(a, b);
+    const missing = gapsOf(over, a, b);
+    let mid: RangeNode | null = null;
+    for (const n of over) {
+      if (n.start < a) mid = merge(mid, this.node(n.start, a));
+      if (n.end > b) mid = merge(mid, this.node(b, n.end));
     }
-    if (cur < b) missing.push([cur, b]);
-    this.starts = ns;
-    this.ends = ne;
+    this.root = merge(merge(l, mid), r);
     return missing;
   }
 
   /** The parts of [a, b) that are not present. */
   gaps(a: number, b: number): Array<[number, number]> {
-    const out: Array<[number, number]> = [];
-    let cur = a;
-    for (let i = 0; i < this.starts.length && cur < b; i++) {
-      const s = this.starts[i];
-      const e = this.ends[i];
-      if (e <= cur) continue;
-      if (s >= b) break;
-      if (s > cur) out.push([cur, s]);
-      cur = Math.max(cur, e);
-    }
-    if (cur < b) out.push([cur, b]);
-    return out;
+    const [l, over, r] = this.cut(a, b);
+    let mid: RangeNode | null = null;
+    for (const n of over) mid = merge(mid, n);
+    this.root = merge(merge(l, mid), r);
+    return gapsOf(over, a, b);
   }
+}
+
+/** The parts of [a, b) that the sorted disjoint ranges `over` leave uncovered. */
+function gapsOf(over: readonly RangeNode[], a: number, b: number): Array<[number, number]> {
+  const out: Array<[number, number]> = [];
+  let cur = a;
+  for (const n of over) {
+    if (n.start > cur) out.push([cur, Math.min(n.start, b)]);
+    cur = Math.max(cur, n.end);
+  }
+  if (cur < b) out.push([cur, b]);
+  return out;
 }
 
 interface Synthetic {

@@ -36,6 +36,30 @@ export class ShapeReader {
     return this.bad(`${where}.${key}`, v === undefined ? "is missing" : `is ${describe(v)}, expected a number`);
   }
 
+  /**
+   * An integer field in [0, max): what c10 records as size_t / uintptr_t / a device index.
+   * NaN, fractions, negatives and out-of-range values are BAD_VALUE errors naming the field.
+   */
+  private int(d: Map<string, PyValue>, key: string, where: string, max: number, what: string, dflt?: number): number {
+    const v = this.num(d, key, where, dflt);
+    if (!(v >= 0 && v < max && Math.floor(v) === v)) {
+      throw new SnapshotError("BAD_VALUE", this.source, `${where}.${key} is ${v}: ${what}`);
+    }
+    return v;
+  }
+
+  private bytes(d: Map<string, PyValue>, key: string, where: string, dflt?: number): number {
+    return this.int(d, key, where, 2 ** 53, "a byte count must be an integer in [0, 2^53)", dflt);
+  }
+
+  private addr(d: Map<string, PyValue>, key: string, where: string, dflt?: number): number {
+    return this.int(d, key, where, 2 ** 64, "an address must be an integer in [0, 2^64)", dflt);
+  }
+
+  private device(d: Map<string, PyValue>, where: string): number {
+    return this.int(d, "device", where, 256, "a device index must be an integer in [0, 256)", 0);
+  }
+
   private str(d: Map<string, PyValue>, key: string, dflt: string): string {
     const v = d.get(key);
     return typeof v === "string" ? v : dflt;
@@ -56,29 +80,42 @@ export class ShapeReader {
           const bw = `${where}.blocks[${j}]`;
           const b = this.dict(bs[j], bw);
           blocks.push({
-            address: this.num(b, "address", bw),
-            size: this.num(b, "size", bw),
-            requestedSize: this.num(b, "requested_size", bw, 0),
+            address: this.addr(b, "address", bw),
+            size: this.bytes(b, "size", bw),
+            requestedSize: this.bytes(b, "requested_size", bw, 0),
             state: this.str(b, "state", "inactive"),
           });
         }
       }
       const pool = s.get("segment_pool_id");
       out.push({
-        device: this.num(s, "device", where, 0),
-        address: this.num(s, "address", where),
-        totalSize: this.num(s, "total_size", where),
-        allocatedSize: this.num(s, "allocated_size", where, 0),
-        activeSize: this.num(s, "active_size", where, 0),
-        requestedSize: this.num(s, "requested_size", where, 0),
-        stream: this.num(s, "stream", where, 0),
+        device: this.device(s, where),
+        address: this.addr(s, "address", where),
+        totalSize: this.bytes(s, "total_size", where),
+        allocatedSize: this.bytes(s, "allocated_size", where, 0),
+        activeSize: this.bytes(s, "active_size", where, 0),
+        requestedSize: this.bytes(s, "requested_size", where, 0),
+        stream: this.int(s, "stream", where, 2 ** 64, "a cudaStream_t must be an integer in [0, 2^64)", 0),
         segmentType: this.str(s, "segment_type", "large"),
         isExpandable: s.get("is_expandable") === true,
         poolId: Array.isArray(pool) && pool.length === 2 && typeof pool[0] === "number" && typeof pool[1] === "number" ? [pool[0], pool[1]] : null,
         blocks,
       });
     }
+    this.checkDisjoint(out);
     return out;
+  }
+
+  /** Segments live at one time on one device cannot share a byte (the pool tagging relies on it). */
+  private checkDisjoint(segs: readonly SegmentState[]): void {
+    const order = segs.map((_, i) => i).sort((x, y) => segs[x].device - segs[y].device || segs[x].address - segs[y].address);
+    for (let k = 1; k < order.length; k++) {
+      const p = segs[order[k - 1]];
+      const c = segs[order[k]];
+      if (p.device === c.device && c.address < p.address + p.totalSize) {
+        throw new SnapshotError("BAD_VALUE", this.source, `segments[${order[k]}] (address ${c.address}) overlaps segments[${order[k - 1]}] (address ${p.address}, ${p.totalSize} bytes) on device ${c.device}`);
+      }
+    }
   }
 
   annotations(v: PyValue): Annotation[] {
@@ -90,7 +127,7 @@ export class ShapeReader {
       return {
         stage: this.str(d, "stage", ""),
         name: this.str(d, "name", ""),
-        device: this.num(d, "device", where, 0),
+        device: this.device(d, where),
         timeUs: this.num(d, "time_us", where, 0),
       };
     });

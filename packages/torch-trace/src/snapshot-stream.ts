@@ -1,5 +1,5 @@
 import { EventKind, EventLog, TORCH_ACTIONS } from "@gmlake/trace";
-import { BuiltContainer, describe, RecordSink, type PickleBuilder, type PickleVM, type PyValue } from "./pickle-vm.js";
+import { BuiltContainer, describe, RecordSink, VALUE_COST, type PickleBuilder, type PickleVM, type PyValue } from "./pickle-vm.js";
 import { SnapshotError } from "./snapshot-error.js";
 import type { Frame } from "./snapshot.js";
 
@@ -13,10 +13,21 @@ class DeviceTracesList extends BuiltContainer {
 /** device_traces[device]: its entries become EventLog rows as soon as they are appended. */
 class TraceList extends BuiltContainer {
   count = 0;
-  constructor(readonly device: number) {
+  /** time_us of the last entry (PyTorch records each device's entries in time order). */
+  lastTime = -Infinity;
+  constructor(
+    readonly device: number,
+    readonly owner: DeviceTracesList | null,
+  ) {
     super();
   }
 }
+
+/** Bounds on the names kept for counting (a real trace has a handful of each). */
+const MAX_NAMES = 1024;
+const MAX_KEYS_PER_ENTRY = 256;
+const TWO53 = 2 ** 53;
+const TWO64 = 2 ** 64;
 
 const S_ACTION = 0, S_ADDR = 1, S_SIZE = 2, S_STREAM = 3, S_TIME = 4, S_DEVICE_FREE = 5, S_FRAMES = 6, S_IGNORED = 7, S_UNKNOWN = 8;
 const NUMERIC_NAMES = ["", "addr", "size", "stream", "time_us", "device_free"];
@@ -97,9 +108,12 @@ class EntryBuilder extends RecordSink {
         return;
       case S_IGNORED:
         return;
-      case S_UNKNOWN:
-        (this.unknownKeys ??= []).push(key);
+      case S_UNKNOWN: {
+        // A repeated key is one key (Python's dict keeps the last value).
+        const u = (this.unknownKeys ??= []);
+        if (u.length < MAX_KEYS_PER_ENTRY && !u.includes(key)) u.push(key);
         return;
+      }
     }
     if (typeof v === "number") {
       this.setNumber(slot, key, v);
@@ -132,6 +146,11 @@ export class SnapshotStream implements PickleBuilder {
   private lastKind = -1;
   private lastStreamRaw = 0;
   private lastStreamId = -1;
+  /** Every device_traces list made; when a dict key repeats, only the last one counts. */
+  private readonly traceLists: DeviceTracesList[] = [];
+  /** Runs of rows by owner [owner index, first row], kept only while there is more than one owner. */
+  private readonly ownerRuns: number[] = [];
+  private curOwner: DeviceTracesList | null = null;
 
   constructor(
     private readonly source: string,
@@ -175,19 +194,22 @@ export class SnapshotStream implements PickleBuilder {
     const top = st[n - 1];
     if (top === "device_traces" && this.root !== null) {
       if ((n >= 2 && st[n - 2] === this.root) || (m > 0 && st[m - 1] === this.root && ((n - m) & 1) === 1)) {
-        return new DeviceTracesList();
+        const l = new DeviceTracesList();
+        this.traceLists.push(l);
+        return l;
       }
     }
     if (m > 0 && st[m - 1] instanceof DeviceTracesList) {
-      return this.newTraceList((st[m - 1] as DeviceTracesList).count + (n - m));
+      const owner = st[m - 1] as DeviceTracesList;
+      return this.newTraceList(owner.count + (n - m), owner);
     }
-    if (top instanceof DeviceTracesList) return this.newTraceList(top.count);
+    if (top instanceof DeviceTracesList) return this.newTraceList(top.count, top);
     return undefined;
   }
 
-  private newTraceList(device: number): TraceList {
+  private newTraceList(device: number, owner: DeviceTracesList | null): TraceList {
     if (device > 255) this.vm.fail("BAD_SHAPE", `device_traces has more than 256 devices`);
-    return new TraceList(device);
+    return new TraceList(device, owner);
   }
 
   memoized(target: object, _idx: number): PyValue {
@@ -208,8 +230,7 @@ export class SnapshotStream implements PickleBuilder {
   }
 
   countExtraKey(k: PyValue): void {
-    const key = typeof k === "string" ? k : String(k);
-    this.extraEntryKeys.set(key, (this.extraEntryKeys.get(key) ?? 0) + 1);
+    countName(this.extraEntryKeys, typeof k === "string" ? k : String(k));
   }
 
   appendItems(target: object, stack: PyValue[], from: number, to: number): void {
@@ -236,7 +257,7 @@ export class SnapshotStream implements PickleBuilder {
           if (item.device !== target.count) this.vm.fail("BAD_SHAPE", `device_traces list for device ${item.device} appended at position ${target.count}`);
         } else if (Array.isArray(item)) {
           // A device list built another way (LIST opcode): convert it now.
-          const tl = this.newTraceList(target.count);
+          const tl = this.newTraceList(target.count, target);
           for (const e of item) {
             if (e instanceof Map) this.emitMap(e, tl);
             else this.badEntry(tl, e);
@@ -292,7 +313,7 @@ export class SnapshotStream implements PickleBuilder {
     } else {
       if (typeof action !== "string") {
         const name = action === undefined ? "<missing>" : `<${describe(action)}>`;
-        this.unknownActions.set(name, (this.unknownActions.get(name) ?? 0) + 1);
+        countName(this.unknownActions, name);
         return;
       }
       kind = ACTION_KINDS.get(action) ?? -1;
@@ -301,7 +322,7 @@ export class SnapshotStream implements PickleBuilder {
     }
     if (kind < 0) {
       const name = action as string;
-      this.unknownActions.set(name, (this.unknownActions.get(name) ?? 0) + 1);
+      countName(this.unknownActions, name);
       return;
     }
     const isOom = kind === EventKind.oom;
@@ -312,14 +333,59 @@ export class SnapshotStream implements PickleBuilder {
     if (rawStream === this.lastStreamRaw && this.lastStreamId >= 0) {
       sid = this.lastStreamId;
     } else {
+      const known = this.log.streams.length;
       sid = this.log.streamId(rawStream);
+      if (this.log.streams.length !== known) this.vm.countValues(VALUE_COST.stream);
       this.lastStreamRaw = rawStream;
       this.lastStreamId = sid;
     }
     const t = this.num(e, S_TIME, e.timeUs, tl, false);
     const aux = isOom ? this.num(e, S_DEVICE_FREE, e.deviceFree, tl, false) : 0;
+    // Values PyTorch cannot record (c10 keeps them as size_t / uintptr_t / int64 µs): one
+    // test on the common path, the exact reason only on failure. NaN fails every compare.
+    if (!(sz >= 0 && sz < TWO53 && Math.floor(sz) === sz && a >= 0 && a < TWO64 && Math.floor(a) === a && rawStream >= 0 && rawStream < TWO64 && Math.floor(rawStream) === rawStream && (t >= tl.lastTime || t === 0) && Math.floor(t) === t && aux >= 0 && aux < TWO64 && Math.floor(aux) === aux)) {
+      this.badValues(tl, sz, a, rawStream, t, aux);
+    }
+    if (t !== 0) tl.lastTime = t; // 0: no time recorded (older torch, or an exporter's placeholder), not ordered
+    if (tl.owner !== this.curOwner) this.ownerChange(tl.owner);
     const row = this.log.push(kind as EventKind, a, sz, sid, tl.device, t, aux);
     if (this.frames !== undefined && e.frames !== undefined) this.frames[row] = toFrames(e.frames);
+  }
+
+  private badValues(tl: TraceList, sz: number, a: number, rawStream: number, t: number, aux: number): never {
+    const bad = (field: string, v: number, what: string): never =>
+      this.vm.fail("BAD_VALUE", `device_traces[${tl.device}][${tl.count}].${field} is ${v}: ${what}`);
+    const int = (v: number, max: number): boolean => v >= 0 && v < max && Math.floor(v) === v;
+    if (!int(sz, TWO53)) bad("size", sz, "a byte count must be an integer in [0, 2^53)");
+    if (!int(a, TWO64)) bad("addr", a, "an address must be an integer in [0, 2^64)");
+    if (!int(rawStream, TWO64)) bad("stream", rawStream, "a cudaStream_t must be an integer in [0, 2^64)");
+    if (!(Math.floor(t) === t)) bad("time_us", t, "a time must be an integer number of microseconds");
+    if (!(t >= tl.lastTime) && t !== 0) bad("time_us", t, `earlier than the entry before it (${tl.lastTime}); PyTorch records a device's entries in time order`);
+    return bad("device_free", aux, "a byte count must be an integer in [0, 2^64)");
+  }
+
+  private ownerChange(owner: DeviceTracesList | null): void {
+    this.curOwner = owner;
+    this.ownerRuns.push(owner === null ? -1 : this.traceLists.indexOf(owner), this.log.length);
+  }
+
+  /**
+   * When the root dict got `device_traces` more than once (Python keeps the last value),
+   * drops the rows of the lists it replaced. Returns the kept row indices, or null when all stay.
+   */
+  keepLastDeviceTraces(root: Map<string, PyValue>): Int32Array | null {
+    if (this.traceLists.length <= 1) return null;
+    const final = root.get("device_traces");
+    const keepOwner = final instanceof DeviceTracesList ? this.traceLists.indexOf(final) : -2;
+    const runs = this.ownerRuns;
+    const keep: number[] = [];
+    for (let r = 0; r < runs.length; r += 2) {
+      if (runs[r] !== keepOwner) continue;
+      const end = r + 3 < runs.length ? runs[r + 3] : this.log.length;
+      for (let i = runs[r + 1]; i < end; i++) keep.push(i);
+    }
+    if (keep.length === this.log.length) return null;
+    return Int32Array.from(keep);
   }
 
   /** The root dict, or a SnapshotError when the pickle holds something else. */
@@ -343,7 +409,7 @@ export class SnapshotStream implements PickleBuilder {
       const list = dt[d];
       if (!Array.isArray(list)) throw new SnapshotError("BAD_SHAPE", this.source, `device_traces[${d}] is ${describe(list)}, expected a list`);
       if (d > 255) throw new SnapshotError("BAD_SHAPE", this.source, "device_traces has more than 256 devices");
-      const tl = new TraceList(d);
+      const tl = new TraceList(d, null);
       for (const e of list) {
         if (e instanceof Map) this.emitMap(e, tl);
         else this.badEntry(tl, e);
@@ -352,6 +418,14 @@ export class SnapshotStream implements PickleBuilder {
       holder.count++;
     }
   }
+}
+
+/** Counts a name, folding names past the first MAX_NAMES into "<other>" (the map stays small). */
+function countName(m: Map<string, number>, name: string): void {
+  const n = m.get(name);
+  if (n !== undefined) m.set(name, n + 1);
+  else if (m.size < MAX_NAMES) m.set(name, 1);
+  else m.set("<other>", (m.get("<other>") ?? 0) + 1);
 }
 
 function toFrames(v: PyValue): Frame[] | undefined {

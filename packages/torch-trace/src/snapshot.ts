@@ -1,4 +1,5 @@
 import type { AllocatorSettings, EventLog, SegmentState } from "@gmlake/trace";
+import type { ReadLimits } from "./read-limits.js";
 
 export type { BlockState, SegmentState } from "@gmlake/trace";
 
@@ -85,4 +86,6 @@ export interface ReadOptions {
   frames?: boolean;
   /** Synthesize the missing history of overflowed ring buffers (default true). */
   reconstruct?: boolean;
+  /** Overrides of the resource bounds (read-limits.ts; the defaults grow with the input). */
+  limits?: Partial<ReadLimits>;
 }

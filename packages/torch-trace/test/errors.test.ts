@@ -5,29 +5,12 @@ import { gzipSync } from "node:zlib";
 import { pickle } from "@gmlake/trace";
 import { describe, expect, it } from "vitest";
 import { readSnapshot, readSnapshotBytes, SnapshotError, type SnapshotErrorCode } from "../src/index.js";
+import { asyncErrorOf, errorOf } from "./error-of.js";
 import { fixture } from "./shared-dir.js";
 
 const good = readFileSync(fixture("expandable_end.p4.pickle"));
 
-function errorOf(f: () => unknown): SnapshotError {
-  try {
-    f();
-  } catch (e) {
-    if (e instanceof SnapshotError) return e;
-    throw new Error(`not a SnapshotError: ${String(e)}`);
-  }
-  throw new Error("no error");
-}
 
-async function asyncErrorOf(p: Promise<unknown>): Promise<SnapshotError> {
-  try {
-    await p;
-  } catch (e) {
-    if (e instanceof SnapshotError) return e;
-    throw new Error(`not a SnapshotError: ${String(e)}`);
-  }
-  throw new Error("no error");
-}
 
 function expectError(e: SnapshotError, code: SnapshotErrorCode, name: string, detail: RegExp): void {
   expect(e.code).toBe(code);

@@ -128,7 +128,15 @@ const entry = fc.record(
 );
 
 const snapshotValue = fc.record({
-  device_traces: fc.array(fc.array(entry, { maxLength: 30 }), { minLength: 1, maxLength: 3 }),
+  // PyTorch records a device's entries in time order (equal times allowed): sort them.
+  device_traces: fc.array(
+    fc.array(entry, { maxLength: 30 }).map((l) => {
+      const times = l.flatMap((e) => (e.time_us === undefined ? [] : [e.time_us])).sort((x, y) => x - y);
+      let k = 0;
+      return l.map((e) => (e.time_us === undefined ? e : { ...e, time_us: times[k++] }));
+    }),
+    { minLength: 1, maxLength: 3 },
+  ),
   segments: fc.constant([]),
   allocator_settings: fc.record({ max_split_size: fc.constantFrom(-1, 2 ** 30), roundup_power2_divisions: fc.dictionary(fc.constantFrom("1", "2", "4", "8", "32768"), fc.integer({ min: 0, max: 16 })) }),
 });
