@@ -1,11 +1,9 @@
-import type { Chunk } from "@gmlake/chunk-pool";
-import { EventKind } from "@gmlake/trace";
 import { Block } from "../block.js";
 import { BlockPool } from "../block-pool.js";
-import type { AllocatorContext } from "../context.js";
+import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
 import { isDriverOom } from "../errors.js";
 import type { Policy, PolicyInstance } from "../policy.js";
-import { pytorchKnobs } from "./caching.js";
+import { pytorchKnobs } from "../pytorch-knobs.js";
 import { kLargeBuffer, kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../rounding.js";
 
 export interface ExpandableOptions extends Record<string, unknown> {
@@ -80,24 +78,24 @@ function xs(b: Block): number {
 export class ExpandableAllocator implements PolicyInstance {
   readonly small: Pool;
   readonly large: Pool;
-  private readonly ctx: AllocatorContext;
+  private readonly ctx: PolicyContext;
   private readonly segments: ExpandableSegment[] = [];
   private readonly maxSplit: number;
   private readonly maxNonSplitRounding: number;
   private readonly rp2: number[] | null;
   private readonly addressSpace: number;
 
-  constructor(ctx: AllocatorContext, o: ExpandableOptions) {
+  constructor(ctx: PolicyContext, o: ExpandableOptions) {
     this.ctx = ctx;
     ({ maxSplit: this.maxSplit, maxNonSplitRounding: this.maxNonSplitRounding, rp2: this.rp2 } = pytorchKnobs(ctx.settings, o));
-    const g = ctx.chunks.granularity;
+    const g = ctx.device.granularity;
     for (const p of [o.smallPageSize, o.largePageSize]) {
       if (!(p > 0) || p % g !== 0) throw new Error(`expandable: page size ${p} is not a multiple of the granularity ${g}`);
     }
     this.small = new Pool("small", true, o.smallPageSize);
     this.large = new Pool("large", false, o.largePageSize);
     // totalGlobalMem + totalGlobalMem / 8 (integer division, as PyTorch)
-    const t = ctx.driver.device.totalBytes;
+    const t = ctx.device.totalBytes;
     this.addressSpace = t + Math.floor(t / 8);
   }
 
@@ -110,7 +108,7 @@ export class ExpandableAllocator implements PolicyInstance {
       // release_available_cached_blocks skips expandable blocks, so with max_split_size it cannot help here.
       if (b === null) {
         this.releaseCachedBlocks();
-        this.ctx.stats.numAllocRetries++;
+        this.ctx.retried();
         b = this.tryAllocateExpandableBlock(pool, stream, rounded);
       }
       if (b === null) return null;
@@ -252,8 +250,7 @@ export class ExpandableAllocator implements PolicyInstance {
     this.tryMerge(pool, b, b.prev);
     this.tryMerge(pool, b, b.next);
     pool.blocks.insert(b);
-    this.ctx.stats.segments++;
-    this.ctx.record(EventKind.segmentMap, at, mapped, seg.stream);
+    this.ctx.segmentMapped(at, mapped, seg.stream);
     return true;
   }
 
@@ -323,8 +320,7 @@ export class ExpandableAllocator implements PolicyInstance {
     this.tryMerge(pool, b, b.prev);
     this.tryMerge(pool, b, b.next);
     pool.addUnmapped(b);
-    this.ctx.stats.segments--;
-    this.ctx.record(EventKind.segmentUnmap, uAddr, uSize, seg.stream);
+    this.ctx.segmentUnmapped(uAddr, uSize, seg.stream);
   }
 
   private releaseSegment(pool: Pool, b: Block): void {

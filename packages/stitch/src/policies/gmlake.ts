@@ -1,12 +1,12 @@
-import type { Chunk } from "@gmlake/chunk-pool";
 import { EventKind } from "@gmlake/trace";
 import { Block } from "../block.js";
 import { BlockPool } from "../block-pool.js";
-import type { AllocatorContext } from "../context.js";
+import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
 import { isDriverOom, StitchError } from "../errors.js";
 import type { Policy, PolicyInstance } from "../policy.js";
 import { allocationSize, kSmallSize, roundSize } from "../rounding.js";
-import { CachingAllocator, pytorchKnobs } from "./caching.js";
+import { CachingAllocator } from "./caching.js";
+import { pytorchKnobs } from "../pytorch-knobs.js";
 import { PSegment, SBlock, SState } from "./gmlake-blocks.js";
 
 const GiB = 2 ** 30;
@@ -65,7 +65,7 @@ export class GmlakeAllocator implements PolicyInstance {
   readonly sPool = new BlockPool("sPool", false);
   /** PyTorch's small pool, unchanged (requests rounded <= 1 MiB). */
   readonly small: CachingAllocator;
-  private readonly ctx: AllocatorContext;
+  private readonly ctx: PolicyContext;
   private readonly C: number;
   /** 1 / C: x * invC === x / C exactly when x is a multiple of C (the error of 1/C is below half an ulp of the quotient), and avoids a division on hot paths. */
   private readonly invC: number;
@@ -104,9 +104,9 @@ export class GmlakeAllocator implements PolicyInstance {
     peakStitchedBytes: 0,
   };
 
-  constructor(ctx: AllocatorContext, o: GmlakeOptions) {
+  constructor(ctx: PolicyContext, o: GmlakeOptions) {
     this.ctx = ctx;
-    const g = ctx.chunks.granularity;
+    const g = ctx.device.granularity;
     const num = (k: keyof GmlakeOptions, ok: (v: number) => boolean, what: string): number => {
       const v = o[k] as number;
       if (typeof v !== "number" || !Number.isFinite(v) || !ok(v)) {
@@ -155,7 +155,7 @@ export class GmlakeAllocator implements PolicyInstance {
       if (b === null) b = this.stitch(stream, rounded, 1);
       if (b === null) {
         this.releaseCachedBlocks();
-        this.ctx.stats.numAllocRetries++;
+        this.ctx.retried();
         b = this.allocNew(stream, rounded, allocSize);
       }
       if (b === null) b = this.stitch(stream, rounded, 2);
@@ -177,12 +177,8 @@ export class GmlakeAllocator implements PolicyInstance {
   private mallocSmall(size: number, stream: number): Block | null {
     const b = this.small.malloc(size, stream);
     if (b !== null) return b;
-    const st = this.ctx.stats;
-    const retries = st.numAllocRetries; // one malloc, one retry counted
-    this.releaseCachedBlocks();
-    const r = this.small.malloc(size, stream);
-    st.numAllocRetries = retries;
-    return r;
+    this.releaseCachedBlocks(); // the small pool's own retry was reported (the engine counts one per malloc)
+    return this.small.malloc(size, stream);
   }
 
   /**
@@ -435,8 +431,7 @@ export class GmlakeAllocator implements PolicyInstance {
       for (const S of this.fragS) if (S.stream === stream) garbage += S.size;
       for (const S of this.freeS) if (S.stream === stream) garbage += S.size;
       if (garbage < bytes) return null;
-      this.ctx.recordDriverCall("memGetInfo", 0, 0);
-      if (!(this.ctx.driver.memGetInfo().freeBytes > bytes)) return null;
+      if (!(this.ctx.freeDeviceBytes() > bytes)) return null;
       this.gc(t, bytes);
     }
   }
@@ -444,7 +439,7 @@ export class GmlakeAllocator implements PolicyInstance {
   /** Create chunks (all or nothing), reserve a range, map them: one new pBlock spanning a new segment. */
   private newSegment(stream: number, bytes: number): Block | null {
     // More than the device has can never be created: fail now, not after thousands of cuMemCreate calls.
-    if (bytes > this.ctx.driver.device.totalBytes) return null;
+    if (bytes > this.ctx.device.totalBytes) return null;
     const C = this.C;
     const nChunks = bytes / C;
     const chunks: Chunk[] = new Array<Chunk>(nChunks);
@@ -489,10 +484,9 @@ export class GmlakeAllocator implements PolicyInstance {
     const p = new Block(va, bytes, stream, this.large);
     p.segment = seg;
     seg.starts[0] = p;
-    this.ctx.stats.segments++;
     this.n.segmentsCreated++;
     this.n.chunksCreated += nChunks;
-    this.ctx.record(EventKind.segmentMap, va, bytes, stream);
+    this.ctx.segmentMapped(va, bytes, stream);
     return p;
   }
 
@@ -759,8 +753,7 @@ export class GmlakeAllocator implements PolicyInstance {
       this.ctx.releaseChunk(c);
     }
     this.segments.delete(seg);
-    this.ctx.stats.segments--;
-    this.ctx.record(EventKind.segmentUnmap, seg.base, seg.size, seg.stream);
+    this.ctx.segmentUnmapped(seg.base, seg.size, seg.stream);
   }
 
   /** release_available_cached_blocks (only with max_split_size): whole oversize pBlocks of the stream, largest first. */
@@ -909,8 +902,8 @@ export class GmlakeAllocator implements PolicyInstance {
     if (this.sPool.size !== this.freeS.size) return `sPool holds ${this.sPool.size}, free sBlocks ${this.freeS.size}`;
     let chunkBytes = 0;
     for (const seg of this.segments) chunkBytes += seg.size;
-    if (chunkBytes + this.ctx.plainBytes !== this.ctx.stats.reservedBytes) {
-      return `reserved ${this.ctx.stats.reservedBytes} != pBlock segments ${chunkBytes} + small segments ${this.ctx.plainBytes}`;
+    if (chunkBytes + this.ctx.plainSegmentBytes !== this.ctx.reservedBytes) {
+      return `reserved ${this.ctx.reservedBytes} != pBlock segments ${chunkBytes} + small segments ${this.ctx.plainSegmentBytes}`;
     }
     return null;
   }
