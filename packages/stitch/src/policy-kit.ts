@@ -9,7 +9,8 @@ export type { PolicyContext, PhysicalChunk, DeviceFacts } from "./policy-context
 export type { Policy, PolicyInstance, PolicyOptions } from "./policy.js";
 export { registerPolicy } from "./policy.js";
 export { Block } from "./block.js";
-export { BlockPool } from "./block-pool.js";
+export { BlockPool, releaseAvailableCachedBlocks } from "./block-pool.js";
+export { lowerBound, lowerBoundOf } from "./lower-bound.js";
 export { StitchError, isDriverOom } from "./errors.js";
 export * from "./rounding.js";
 export { pytorchKnobs, type PytorchKnobs, type PytorchOptions } from "./pytorch-knobs.js";

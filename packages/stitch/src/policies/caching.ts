@@ -1,5 +1,5 @@
 import { Block } from "../block.js";
-import { BlockPool } from "../block-pool.js";
+import { BlockPool, releaseAvailableCachedBlocks } from "../block-pool.js";
 import type { PolicyContext } from "../policy-context.js";
 import type { Policy, PolicyInstance } from "../policy.js";
 import { pytorchKnobs } from "../pytorch-knobs.js";
@@ -50,7 +50,7 @@ export class CachingAllocator implements PolicyInstance {
       // No memory fraction is modelled, so garbage_collect_cached_blocks never runs (it needs set_fraction).
       const allocSize = allocationSize(rounded);
       b = this.allocBlock(pool, stream, allocSize);
-      if (b === null && this.releaseAvailableCachedBlocks(pool, stream, rounded)) b = this.allocBlock(pool, stream, allocSize);
+      if (b === null && releaseAvailableCachedBlocks(pool.streamBlocks(stream), rounded, this.maxSplit, (x) => this.releaseBlock(x))) b = this.allocBlock(pool, stream, allocSize);
       if (b === null) {
         this.releaseCachedBlocks();
         this.ctx.retried();
@@ -117,34 +117,6 @@ export class CachingAllocator implements PolicyInstance {
       if (b.next !== null) b.next.prev = b;
     }
     pool.insert(b);
-  }
-
-  /** With max_split_size set: release oversize cached blocks of this stream, largest first. */
-  private releaseAvailableCachedBlocks(pool: BlockPool, stream: number, size: number): boolean {
-    if (this.maxSplit === Infinity) return false;
-    const keySize = size < this.maxSplit ? this.maxSplit : size;
-    const all = pool.toArray();
-    // lower_bound(stream, keySize, 0)
-    let i = 0;
-    while (i < all.length && (all[i]!.stream < stream || (all[i]!.stream === stream && all[i]!.size < keySize))) i++;
-    if (i === all.length || all[i]!.stream !== stream) {
-      if (i === 0) return false;
-      let released = 0;
-      let j = i - 1;
-      while (j >= 0 && released < keySize && all[j]!.size >= this.maxSplit && all[j]!.stream === stream) {
-        const cur = all[j]!;
-        if (cur.prev === null && cur.next === null) {
-          released += cur.size;
-          this.releaseBlock(cur);
-        }
-        j--;
-      }
-      return released >= keySize;
-    }
-    const b = all[i]!;
-    if (b.prev !== null || b.next !== null) return false;
-    this.releaseBlock(b);
-    return true;
   }
 
   private releaseBlock(b: Block): void {

@@ -2,6 +2,7 @@ import { Block } from "../block.js";
 import { BlockPool } from "../block-pool.js";
 import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
 import { isDriverOom } from "../errors.js";
+import { lowerBound } from "../lower-bound.js";
 import type { Policy, PolicyInstance } from "../policy.js";
 import { pytorchKnobs } from "../pytorch-knobs.js";
 import { kLargeBuffer, kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../rounding.js";
@@ -42,15 +43,10 @@ class Pool {
   }
   private pos(b: Block): number {
     const u = this.unmapped;
-    let lo = 0;
-    let hi = u.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      const m = u[mid]!;
-      if (m.stream !== b.stream ? m.stream < b.stream : m.addr < b.addr) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+    return lowerBound(u.length, (i) => {
+      const m = u[i]!;
+      return m.stream !== b.stream ? m.stream < b.stream : m.addr < b.addr;
+    });
   }
   addUnmapped(b: Block): void {
     this.unmapped.splice(this.pos(b), 0, b);

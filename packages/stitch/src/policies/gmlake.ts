@@ -1,6 +1,6 @@
 import { EventKind } from "@gmlake/trace";
 import { Block } from "../block.js";
-import { BlockPool } from "../block-pool.js";
+import { BlockPool, releaseAvailableCachedBlocks } from "../block-pool.js";
 import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
 import { isDriverOom, StitchError } from "../errors.js";
 import type { Policy, PolicyInstance } from "../policy.js";
@@ -151,7 +151,7 @@ export class GmlakeAllocator implements PolicyInstance {
       // State 3: new memory; state 4: release the cache and retry; stitching at the levels allowed.
       const allocSize = Math.ceil(allocationSize(rounded) / C) * C;
       b = this.allocNew(stream, rounded, allocSize);
-      if (b === null && this.releaseAvailableCachedBlocks(stream, rounded)) b = this.allocNew(stream, rounded, allocSize);
+      if (b === null && releaseAvailableCachedBlocks(this.large.streamBlocks(stream), rounded, this.maxSplit, (x) => this.releasePBlock(x))) b = this.allocNew(stream, rounded, allocSize);
       if (b === null) b = this.stitch(stream, rounded, 1);
       if (b === null) {
         this.releaseCachedBlocks();
@@ -299,12 +299,6 @@ export class GmlakeAllocator implements PolicyInstance {
   }
 
   /** Free pBlocks of a stream in pool order (ascending size, address). */
-  private streamFree(stream: number): Block[] {
-    const out: Block[] = [];
-    for (let b = this.large.seek(stream, 0); b !== null && b.stream === stream; b = this.large.advance()) out.push(b);
-    return out;
-  }
-
   /**
    * State 2, get_fused_fragmented_blocks: when the stream's free pBlocks together cover the
    * request, take them from the largest down until they do (split the last when it
@@ -312,7 +306,7 @@ export class GmlakeAllocator implements PolicyInstance {
    */
   private stitch(stream: number, size: number, time: number): Block | null {
     if (!this.vmm || time < this.defragLevel || size < this.fragLimit) return null;
-    const cands = this.streamFree(stream);
+    const cands = this.large.streamBlocks(stream);
     if (cands.length < 2) return null;
     let sum = 0;
     let k = cands.length;
@@ -412,7 +406,7 @@ export class GmlakeAllocator implements PolicyInstance {
   private allocNew(stream: number, size: number, allocSize: number): Block | null {
     if (this.reAlloc && this.vmm && size >= this.fragLimit) {
       let free = 0;
-      for (const b of this.streamFree(stream)) free += b.size;
+      for (const b of this.large.streamBlocks(stream)) free += b.size;
       if (free >= size) return null; // the original gives up here too ("something weird happened")
       if (free > 0) allocSize = Math.ceil(allocationSize(size - free) / this.C) * this.C;
     }
@@ -754,30 +748,6 @@ export class GmlakeAllocator implements PolicyInstance {
     }
     this.segments.delete(seg);
     this.ctx.segmentUnmapped(seg.base, seg.size, seg.stream);
-  }
-
-  /** release_available_cached_blocks (only with max_split_size): whole oversize pBlocks of the stream, largest first. */
-  private releaseAvailableCachedBlocks(stream: number, size: number): boolean {
-    if (this.maxSplit === Infinity) return false;
-    const key = size < this.maxSplit ? this.maxSplit : size;
-    const all = this.streamFree(stream);
-    let i = 0;
-    while (i < all.length && all[i]!.size < key) i++;
-    if (i < all.length) {
-      const b = all[i]!;
-      if (b.prev !== null || b.next !== null) return false;
-      this.releasePBlock(b);
-      return true;
-    }
-    let released = 0;
-    for (let j = all.length - 1; j >= 0 && released < key && all[j]!.size >= this.maxSplit; j--) {
-      const b = all[j]!;
-      if (b.prev === null && b.next === null) {
-        released += b.size;
-        this.releasePBlock(b);
-      }
-    }
-    return released >= key;
   }
 
   /** release_cached_blocks: every whole free pBlock (with the sBlocks mapping it), then the small pool's free segments. */
