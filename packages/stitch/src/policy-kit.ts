@@ -8,7 +8,7 @@
 export type { PolicyContext, PhysicalChunk, DeviceFacts } from "./policy-context.js";
 export type { Policy, PolicyInstance, PolicyOptions } from "./policy.js";
 export { registerPolicy } from "./policy.js";
-export { Block } from "./block.js";
+export { Block, splitFront, splitBack, absorb } from "./block.js";
 export { BlockPool, releaseAvailableCachedBlocks } from "./block-pool.js";
 export { lowerBound, lowerBoundOf } from "./lower-bound.js";
 export { StitchError, isDriverOom } from "./errors.js";

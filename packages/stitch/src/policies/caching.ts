@@ -1,4 +1,4 @@
-import { Block } from "../block.js";
+import { absorb, Block, splitFront } from "../block.js";
 import { BlockPool, releaseAvailableCachedBlocks } from "../block-pool.js";
 import type { PolicyContext } from "../policy-context.js";
 import type { Policy, PolicyInstance } from "../policy.js";
@@ -87,14 +87,7 @@ export class CachingAllocator implements PolicyInstance {
   private allocFoundBlock(b: Block, size: number, pool: BlockPool): Block {
     if (!this.shouldSplit(b, size)) return b;
     // The allocated part keeps the lower address; the remainder goes back to the pool.
-    const a = new Block(b.addr, size, b.stream, pool);
-    a.segment = b.segment;
-    a.prev = b.prev;
-    if (a.prev !== null) a.prev.next = a;
-    a.next = b;
-    b.prev = a;
-    b.addr += size;
-    b.size -= size;
+    const a = splitFront(b, size);
     pool.insert(b);
     return a;
   }
@@ -102,19 +95,14 @@ export class CachingAllocator implements PolicyInstance {
   free(b: Block): void {
     const pool = b.pool!;
     const prev = b.prev;
-    if (prev !== null && !prev.allocated) {
+    if (Block.mergeable(prev, true)) {
       pool.delete(prev);
-      b.addr = prev.addr;
-      b.size += prev.size;
-      b.prev = prev.prev;
-      if (b.prev !== null) b.prev.next = b;
+      absorb(b, prev);
     }
     const next = b.next;
-    if (next !== null && !next.allocated) {
+    if (Block.mergeable(next, true)) {
       pool.delete(next);
-      b.size += next.size;
-      b.next = next.next;
-      if (b.next !== null) b.next.prev = b;
+      absorb(b, next);
     }
     pool.insert(b);
   }

@@ -1,4 +1,4 @@
-import { Block } from "../block.js";
+import { absorb, Block, splitBack, splitFront } from "../block.js";
 import { BlockPool } from "../block-pool.js";
 import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
 import { isDriverOom } from "../errors.js";
@@ -111,14 +111,7 @@ export class ExpandableAllocator implements PolicyInstance {
     }
     // should_split with expandable segments: any remainder >= 512 B, both pools.
     if (b.size - rounded >= kMinBlockSize) {
-      const a = new Block(b.addr, rounded, stream, b.pool);
-      a.segment = b.segment;
-      a.prev = b.prev;
-      if (a.prev !== null) a.prev.next = a;
-      a.next = b;
-      b.prev = a;
-      b.addr += rounded;
-      b.size -= rounded;
+      const a = splitFront(b, rounded);
       pool.blocks.insert(b);
       return a;
     }
@@ -231,18 +224,8 @@ export class ExpandableAllocator implements PolicyInstance {
     const mapped = this.mapPages(seg, at, size);
     if (mapped === 0) return false;
     pool.removeUnmapped(b);
+    if (mapped < b.size) pool.addUnmapped(splitBack(b, b.addr + mapped)); // the rest stays unmapped
     b.mapped = true;
-    if (mapped < b.size) {
-      const rest = new Block(b.addr + mapped, b.size - mapped, b.stream, b.pool);
-      rest.mapped = false;
-      rest.segment = seg;
-      rest.prev = b;
-      rest.next = b.next;
-      if (rest.next !== null) rest.next.prev = rest;
-      b.next = rest;
-      pool.addUnmapped(rest);
-      b.size = mapped;
-    }
     this.tryMerge(pool, b, b.prev);
     this.tryMerge(pool, b, b.next);
     pool.blocks.insert(b);
@@ -252,18 +235,11 @@ export class ExpandableAllocator implements PolicyInstance {
 
   /** try_merge_blocks(dst, src): src must be free and of the same mapping state. */
   private tryMerge(pool: Pool, dst: Block, src: Block | null): void {
-    if (src === null || src.allocated || src.mapped !== dst.mapped) return;
-    if (src === dst.prev) {
-      dst.addr = src.addr;
-      dst.prev = src.prev;
-      if (dst.prev !== null) dst.prev.next = dst;
-    } else {
-      dst.next = src.next;
-      if (dst.next !== null) dst.next.prev = dst;
-    }
-    dst.size += src.size;
+    if (!Block.mergeable(src, dst.mapped)) return;
+    // out of its pool (keyed on the old bounds) before dst's bounds change
     if (src.mapped) pool.blocks.delete(src);
     else pool.removeUnmapped(src);
+    absorb(dst, src);
   }
 
   free(b: Block): void {
@@ -290,28 +266,9 @@ export class ExpandableAllocator implements PolicyInstance {
       seg.pages[i] = null;
     }
     pool.blocks.delete(b);
-    const before = uAddr - b.addr;
-    if (before > 0) {
-      const f = new Block(b.addr, before, b.stream, b.pool);
-      f.segment = seg;
-      f.prev = b.prev;
-      if (f.prev !== null) f.prev.next = f;
-      f.next = b;
-      b.prev = f;
-      pool.blocks.insert(f);
-    }
-    const after = b.size - before - uSize;
-    if (after > 0) {
-      const f = new Block(uAddr + uSize, after, b.stream, b.pool);
-      f.segment = seg;
-      f.next = b.next;
-      if (f.next !== null) f.next.prev = f;
-      f.prev = b;
-      b.next = f;
-      pool.blocks.insert(f);
-    }
-    b.addr = uAddr;
-    b.size = uSize;
+    // the mapped bytes before and after the unmapped pages stay free and mapped
+    if (uAddr > b.addr) pool.blocks.insert(splitFront(b, uAddr - b.addr));
+    if (b.addr + b.size > uAddr + uSize) pool.blocks.insert(splitBack(b, uAddr + uSize));
     b.mapped = false;
     this.tryMerge(pool, b, b.prev);
     this.tryMerge(pool, b, b.next);

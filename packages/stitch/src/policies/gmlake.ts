@@ -1,5 +1,5 @@
 import { EventKind } from "@gmlake/trace";
-import { Block } from "../block.js";
+import { absorb, Block, splitFront } from "../block.js";
 import { BlockPool, releaseAvailableCachedBlocks } from "../block-pool.js";
 import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
 import { isDriverOom, StitchError } from "../errors.js";
@@ -489,17 +489,10 @@ export class GmlakeAllocator implements PolicyInstance {
   /** Split p (not in the pool): the returned block takes the lower `bytes`, p keeps the rest. */
   private splitLow(p: Block, bytes: number): Block {
     const seg = p.segment as PSegment;
-    const a = new Block(p.addr, bytes, p.stream, this.large);
-    a.segment = seg;
-    a.prev = p.prev;
-    if (a.prev !== null) a.prev.next = a;
-    a.next = p;
-    p.prev = a;
     const invC = this.invC;
     const i = (p.addr - seg.base) * invC;
+    const a = splitFront(p, bytes);
     seg.starts[i] = a;
-    p.addr += bytes;
-    p.size -= bytes;
     seg.starts[i + bytes * invC] = p;
     return a;
   }
@@ -513,23 +506,18 @@ export class GmlakeAllocator implements PolicyInstance {
     // p takes the pool slot of a merged neighbour (BlockPool.replace): often one search, not a delete and an insert.
     let slot: Block | null = null;
     const prev = p.prev;
-    if (prev !== null && !prev.allocated) {
+    if (Block.mergeable(prev, true)) {
       slot = prev;
       seg.starts[(p.addr - seg.base) * invC] = null;
-      p.addr = prev.addr;
-      p.size += prev.size;
-      p.prev = prev.prev;
-      if (p.prev !== null) p.prev.next = p;
+      absorb(p, prev);
       seg.starts[(p.addr - seg.base) * invC] = p;
     }
     const next = p.next;
-    if (next !== null && !next.allocated) {
+    if (Block.mergeable(next, true)) {
       if (slot === null) slot = next;
       else this.large.delete(next);
       seg.starts[(next.addr - seg.base) * invC] = null;
-      p.size += next.size;
-      p.next = next.next;
-      if (p.next !== null) p.next.prev = p;
+      absorb(p, next);
     }
     // a neighbour may be free but out of the pool (a failed stitch's other pBlocks): then insert, as a delete would have been a no-op
     if (slot === null || !this.large.replace(slot, p)) this.large.insert(p);

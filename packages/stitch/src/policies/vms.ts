@@ -1,5 +1,5 @@
 import { EventKind } from "@gmlake/trace";
-import { Block } from "../block.js";
+import { absorb, Block, splitBack } from "../block.js";
 import { BlockPool } from "../block-pool.js";
 import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
 import { isDriverOom, StitchError } from "../errors.js";
@@ -112,16 +112,7 @@ export class VmsAllocator implements PolicyInstance {
       b = new Block(host.addr, host.size, stream, sp);
       b.segment = new SmallSegment(host);
     }
-    if (b.size - rounded >= kMinBlockSize) {
-      const r = new Block(b.addr + rounded, b.size - rounded, stream, sp);
-      r.segment = b.segment;
-      r.prev = b;
-      r.next = b.next;
-      if (r.next !== null) r.next.prev = r;
-      b.next = r;
-      b.size = rounded;
-      sp.insert(r);
-    }
+    if (b.size - rounded >= kMinBlockSize) sp.insert(splitBack(b, b.addr + rounded));
     const host = (b.segment as SmallSegment).host;
     b.seams = host.seams === null ? null : (host.segment as Arena).seams(b.addr, b.addr + b.size);
     return b;
@@ -131,19 +122,15 @@ export class VmsAllocator implements PolicyInstance {
   private freeSmall(b: Block): void {
     const sp = this.smallPool;
     const p = b.prev;
-    if (p !== null && !p.allocated) {
+    if (Block.mergeable(p, true)) {
       sp.delete(p);
-      p.size += b.size;
-      p.next = b.next;
-      if (p.next !== null) p.next.prev = p;
+      absorb(p, b); // the left block survives
       b = p;
     }
     const n = b.next;
-    if (n !== null && !n.allocated) {
+    if (Block.mergeable(n, true)) {
       sp.delete(n);
-      b.size += n.size;
-      b.next = n.next;
-      if (b.next !== null) b.next.prev = b;
+      absorb(b, n);
     }
     if (b.prev === null && b.next === null) {
       const host = (b.segment as SmallSegment).host;
@@ -208,14 +195,7 @@ export class VmsAllocator implements PolicyInstance {
 
   /** Split `b` at `at`: b keeps [addr, at), the returned block gets [at, end). Pool membership is the caller's. */
   private split(b: Block, at: number): Block {
-    const r = new Block(at, b.addr + b.size - at, b.stream, this.pool);
-    r.segment = b.segment;
-    r.mapped = b.mapped;
-    r.prev = b;
-    r.next = b.next;
-    if (r.next !== null) r.next.prev = r;
-    b.next = r;
-    b.size = at - b.addr;
+    const r = splitBack(b, at);
     if (!r.mapped) (r.segment as Arena).unmapped.add(r);
     return r;
   }
@@ -224,21 +204,17 @@ export class VmsAllocator implements PolicyInstance {
   private mergeFree(b: Block): Block {
     const pool = this.pool;
     const p = b.prev;
-    if (p !== null && !p.allocated && p.mapped === b.mapped) {
+    if (Block.mergeable(p, b.mapped)) {
       if (p.mapped) pool.delete(p);
       else (b.segment as Arena).unmapped.delete(b);
-      p.size += b.size;
-      p.next = b.next;
-      if (p.next !== null) p.next.prev = p;
+      absorb(p, b);
       b = p;
     }
     const n = b.next;
-    if (n !== null && !n.allocated && n.mapped === b.mapped) {
+    if (Block.mergeable(n, b.mapped)) {
       if (n.mapped) pool.delete(n);
       else (n.segment as Arena).unmapped.delete(n);
-      b.size += n.size;
-      b.next = n.next;
-      if (b.next !== null) b.next.prev = b;
+      absorb(b, n);
     }
     if (b.mapped) pool.insert(b);
     return b;
