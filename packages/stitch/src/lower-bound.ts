@@ -15,7 +15,7 @@ export function lowerBound(n: number, before: (i: number) => boolean): number {
 }
 
 /** lowerBound over ascending numbers: the first index whose value is >= x (no closure: for hot paths). */
-export function lowerBoundOf(a: readonly number[], x: number): number {
+export function lowerBoundOf(a: ArrayLike<number>, x: number): number {
   let lo = 0;
   let hi = a.length;
   while (lo < hi) {

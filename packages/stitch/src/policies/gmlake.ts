@@ -8,20 +8,10 @@ import { allocationSize, kSmallSize, roundSize } from "../rounding.js";
 import { CachingAllocator } from "./caching.js";
 import { pytorchKnobs } from "../pytorch-knobs.js";
 import { PSegment, SBlock, SState } from "./gmlake-blocks.js";
+import { lowerBoundOf } from "../lower-bound.js";
 
 const GiB = 2 ** 30;
 
-/** First k with a[k] >= x (a sorted). */
-function lowerBound(a: Int32Array, x: number): number {
-  let lo = 0;
-  let hi = a.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (a[mid]! < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 const MiB = 2 ** 20;
 
 /** GMLake's knobs under the original (environment variable) names. */
@@ -532,7 +522,7 @@ export class GmlakeAllocator implements PolicyInstance {
     const i1 = i0 + p.size * invC;
     const idx = this.stitchedIdx(seg);
     const lists = seg.sLists;
-    for (let k = lowerBound(idx, i0); k < idx.length && idx[k]! < i1; k++) {
+    for (let k = lowerBoundOf(idx, i0); k < idx.length && idx[k]! < i1; k++) {
       const list = lists[k]!;
       for (let m = 0; m < list.length; m++) {
         const S = list[m]!;
@@ -557,7 +547,7 @@ export class GmlakeAllocator implements PolicyInstance {
     const i1 = i0 + p.size * invC;
     const idx = this.stitchedIdx(seg);
     const lists = seg.sLists;
-    for (let k = lowerBound(idx, i0); k < idx.length && idx[k]! < i1; k++) {
+    for (let k = lowerBoundOf(idx, i0); k < idx.length && idx[k]! < i1; k++) {
       const list = lists[k]!;
       for (let m = 0; m < list.length; m++) {
         const S = list[m]!;
