@@ -1,4 +1,5 @@
 import type { Block } from "./block.js";
+import { lowerBound } from "./lower-bound.js";
 
 /** Blocks per bucket before it splits in two (a bucket holds at most CAP). */
 const CAP = 16;
@@ -367,6 +368,13 @@ export class BlockPool {
     return this.buckets[k]!.bl[i]!;
   }
 
+  /** The free blocks of one stream in pool order, (size, address) ascending (a copy). */
+  streamBlocks(stream: number): Block[] {
+    const out: Block[] = [];
+    for (let b = this.seek(stream, 0); b !== null && b.stream === stream; b = this.advance()) out.push(b);
+    return out;
+  }
+
   /** All free blocks in pool order (a copy: safe to mutate the pool while iterating it). */
   toArray(): Block[] {
     const out: Block[] = [];
@@ -407,4 +415,32 @@ export class BlockPool {
     }
     return n === this._size ? null : `${this.name}: count ${this._size} != ${n}`;
   }
+}
+
+/**
+ * PyTorch's release_available_cached_blocks (it runs only with max_split_size set): release
+ * the stream's smallest whole free block of at least max(size, maxSplit) bytes; without one,
+ * whole oversize blocks from the largest down until that many bytes are released. `free`:
+ * the stream's free blocks in pool order (BlockPool.streamBlocks); `release` frees one (out
+ * of its pool, back to the driver). Returns whether enough was released to retry.
+ */
+export function releaseAvailableCachedBlocks(free: readonly Block[], size: number, maxSplit: number, release: (b: Block) => void): boolean {
+  if (maxSplit === Infinity) return false;
+  const key = size < maxSplit ? maxSplit : size;
+  const i = lowerBound(free.length, (j) => free[j]!.size < key);
+  if (i < free.length) {
+    const b = free[i]!;
+    if (b.prev !== null || b.next !== null) return false;
+    release(b);
+    return true;
+  }
+  let released = 0;
+  for (let j = free.length - 1; j >= 0 && released < key && free[j]!.size >= maxSplit; j--) {
+    const b = free[j]!;
+    if (b.prev === null && b.next === null) {
+      released += b.size;
+      release(b);
+    }
+  }
+  return released >= key;
 }

@@ -1,16 +1,18 @@
 import type { Chunk, ChunkPool } from "@gmlake/chunk-pool";
 import { DRIVER_CALLS, type VmmDriver } from "@gmlake/vmm";
 import { EventKind, type AllocatorSettings, type EventLog } from "@gmlake/trace";
-import { isDriverOom } from "./errors.js";
+import { isDriverOom, StitchError } from "./errors.js";
+import type { DeviceFacts, PhysicalChunk, PolicyContext } from "./policy-context.js";
 import type { AllocatorStats } from "./stats.js";
 
 const CALL_INDEX: Record<string, number> = Object.fromEntries(DRIVER_CALLS.map((c, i) => [c, i]));
 
 /**
- * What a policy works with: the driver, the chunk pool, the statistics and the recorder,
- * behind calls that keep them consistent. A policy never calls driver.memAlloc/memCreate
- * itself; it calls these, so that `reserved` and the event log cannot drift from what the
- * driver holds (the invariant checker compares them).
+ * The engine's side of a policy's calls: the driver, the chunk pool, the statistics and the
+ * recorder, behind calls that keep them consistent, so that `reserved` and the event log
+ * cannot drift from what the driver holds (the invariant checker compares them). Policies
+ * never see this object: they get `policyView` (a PolicyContext), which holds it in a
+ * private field.
  */
 export class AllocatorContext {
   readonly driver: VmmDriver;
@@ -28,6 +30,11 @@ export class AllocatorContext {
   readonly reservations = new Map<number, number>();
   /** Time stamp written into recorded events (the replayer sets it to the trace's clock). */
   nowUs = 0;
+  /** Set by retried() during a malloc; the engine counts one retry per malloc. */
+  retriedNow = false;
+  readonly deviceFacts: DeviceFacts;
+  /** What the policy gets. */
+  readonly policyView: PolicyContext;
   private readonly streamIds = new Map<number, number>();
   private lastStream = NaN;
   private lastStreamId = 0;
@@ -39,6 +46,15 @@ export class AllocatorContext {
     this.stats = stats;
     this.recorder = recorder;
     this.device = device;
+    const d = driver.device;
+    this.deviceFacts = Object.freeze({
+      ordinal: d.ordinal,
+      name: d.name,
+      totalBytes: d.totalBytes,
+      granularity: chunks.granularity,
+      recommendedGranularity: d.granularity.recommended,
+    });
+    this.policyView = new PolicyView(this);
   }
 
   /** Record an event (stream is the raw cudaStream_t value). */
@@ -173,8 +189,93 @@ export class AllocatorContext {
     return bytes;
   }
 
-  /** A driver call recorded as EventKind.driverCall (policies that call the driver directly). */
-  recordDriverCall(call: string, addr: number, size: number): void {
-    this.record(EventKind.driverCall, addr, size, 0, CALL_INDEX[call] ?? -1);
+  /** cuMemGetInfo's free bytes (recorded as a driverCall event). */
+  freeDeviceBytes(): number {
+    this.record(EventKind.driverCall, 0, 0, 0, CALL_INDEX.memGetInfo ?? -1);
+    return this.driver.memGetInfo().freeBytes;
+  }
+
+  /** A mapped segment began (expandable segments, pBlock segments, mapped ranges). */
+  segmentMapped(addr: number, size: number, stream: number): void {
+    this.stats.segments++;
+    this.record(EventKind.segmentMap, addr, size, stream);
+  }
+
+  segmentUnmapped(addr: number, size: number, stream: number): void {
+    this.stats.segments--;
+    this.record(EventKind.segmentUnmap, addr, size, stream);
+  }
+}
+
+/**
+ * The PolicyContext a policy gets: calls into the engine's context, which it keeps in a
+ * private field (a policy in plain JavaScript cannot reach the driver or the books through
+ * it either).
+ */
+class PolicyView implements PolicyContext {
+  readonly #c: AllocatorContext;
+  readonly device: DeviceFacts;
+  readonly settings: Readonly<AllocatorSettings>;
+
+  constructor(c: AllocatorContext) {
+    this.#c = c;
+    this.device = c.deviceFacts;
+    this.settings = c.settings;
+  }
+
+  get reservedBytes(): number {
+    return this.#c.stats.reservedBytes;
+  }
+  get plainSegmentBytes(): number {
+    return this.#c.plainBytes;
+  }
+  segmentAlloc(size: number, stream: number): number {
+    return this.#c.segmentAlloc(size, stream);
+  }
+  segmentFree(addr: number, size: number, stream: number): void {
+    this.#c.segmentFree(addr, size, stream);
+  }
+  createChunk(size: number, tentative = false): PhysicalChunk | null {
+    return this.#c.createChunk(size, tentative);
+  }
+  commitReserved(): void {
+    this.#c.commitReserved();
+  }
+  releaseChunk(chunk: PhysicalChunk): void {
+    this.#c.releaseChunk(chunk as Chunk);
+  }
+  reserve(size: number, alignment = 0): number {
+    return this.#c.reserve(size, alignment);
+  }
+  reserveFree(addr: number, size: number): void {
+    this.#c.reserveFree(addr, size);
+  }
+  mapChunks(addr: number, chunks: readonly PhysicalChunk[], stream = 0): number {
+    return this.#c.mapChunks(addr, chunks as readonly Chunk[], stream);
+  }
+  unmapChunks(addr: number, chunks: readonly PhysicalChunk[], stream = 0): number {
+    return this.#c.unmapChunks(addr, chunks as readonly Chunk[], stream);
+  }
+  chunkMappedAt(addr: number): PhysicalChunk | null {
+    return this.#c.chunks.chunkMappedAt(addr) ?? null;
+  }
+  freeDeviceBytes(): number {
+    return this.#c.freeDeviceBytes();
+  }
+  retried(): void {
+    this.#c.retriedNow = true;
+  }
+  segmentMapped(addr: number, size: number, stream: number): void {
+    this.#c.segmentMapped(addr, size, stream);
+  }
+  segmentUnmapped(addr: number, size: number, stream: number): void {
+    this.#c.segmentUnmapped(addr, size, stream);
+  }
+  record(kind: number, addr: number, size: number, stream: number, aux = 0): void {
+    // the engine's own events come from the calls above; a policy adds only its decisions
+    if (kind !== EventKind.stitch && kind !== EventKind.gc) {
+      throw new StitchError("BAD_ARGUMENT", `a policy records only stitch and gc events (the engine records the rest), not kind ${kind}`);
+    }
+    this.#c.record(kind as EventKind, addr, size, stream, aux);
   }
 }

@@ -63,7 +63,7 @@ export class Allocator {
     this.recordAllocations = opts.recordAllocations ?? true;
     const chunks = new ChunkPool(driver, opts.chunkSizes ? { chunkSizes: opts.chunkSizes } : {});
     this.ctx = new AllocatorContext(driver, chunks, opts.settings ?? DEFAULT_ALLOCATOR_SETTINGS, this.stats, this.recorder, opts.device ?? 0);
-    this.instance = this.policy.create(this.ctx, options);
+    this.instance = this.policy.create(this.ctx.policyView, options);
     const ci = opts.checkInvariants ?? false;
     this.invariants = ci === false ? null : new InvariantChecker(this, ci === true ? 4096 : ci);
     this.integrity = opts.integrity ? new IntegrityChecker(driver, opts.integrity === "full") : null;
@@ -79,8 +79,11 @@ export class Allocator {
     if (!Number.isSafeInteger(stream)) {
       throw new StitchError("BAD_ARGUMENT", `Expected a stream (an integer) but received ${stream}`);
     }
+    const ctx = this.ctx;
+    ctx.retriedNow = false;
     const b = this.instance.malloc(size, stream);
     const st = this.stats;
+    if (ctx.retriedNow) st.numAllocRetries++;
     if (b === null) {
       st.numOoms++;
       this.ctx.record(EventKind.oom, 0, size, stream);

@@ -1,6 +1,9 @@
-export { Block } from "./block.js";
-export { BlockPool } from "./block-pool.js";
+export { Block, splitFront, splitBack, absorb } from "./block.js";
+export { BlockPool, releaseAvailableCachedBlocks } from "./block-pool.js";
+export { lowerBound, lowerBoundOf } from "./lower-bound.js";
 export { AllocatorContext } from "./context.js";
+export type { PolicyContext, PhysicalChunk, DeviceFacts } from "./policy-context.js";
+export { pytorchKnobs, type PytorchKnobs, type PytorchOptions } from "./pytorch-knobs.js";
 export { Allocator, type AllocatorOptions, type CloseReport } from "./engine.js";
 export { StitchError, OutOfMemoryError, isDriverOom, type StitchErrorCode } from "./errors.js";
 export { IntegrityChecker } from "./integrity.js";

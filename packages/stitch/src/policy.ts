@@ -1,5 +1,5 @@
 import type { Block } from "./block.js";
-import type { AllocatorContext } from "./context.js";
+import type { PolicyContext } from "./policy-context.js";
 import { StitchError } from "./errors.js";
 import { BUILTIN_POLICIES } from "./policies/builtin.js";
 
@@ -8,9 +8,9 @@ export type PolicyOptions = Record<string, unknown>;
 
 /**
  * One running allocator of a policy: it decides, the engine keeps the books. Blocks it
- * returns must lie in memory obtained through the context (ctx.segmentAlloc / ctx.createChunk
- * + ctx.mapChunks), must not overlap any other live block, and carry `size` = the bytes
- * charged as allocated (the rounded size, or more when a block is not split).
+ * returns must lie in memory obtained through its PolicyContext (segmentAlloc, or
+ * createChunk + mapChunks), must not overlap any other live block, and carry `size` = the
+ * bytes charged as allocated (the rounded size, or more when a block is not split).
  */
 export interface PolicyInstance {
   /**
@@ -37,7 +37,7 @@ export interface Policy<O extends PolicyOptions = PolicyOptions> {
   readonly description: string;
   /** Every knob with its default value; create() receives defaults overlaid with the user's options. */
   readonly defaults: Readonly<O>;
-  create(context: AllocatorContext, options: O): PolicyInstance;
+  create(context: PolicyContext, options: O): PolicyInstance;
 }
 
 const registry = new Map<string, Policy>(BUILTIN_POLICIES.map((p) => [p.name, p]));

@@ -8,7 +8,7 @@ import { MiB } from "./helpers.js";
 describe("the README's example policy", () => {
   it("is the code in the README", () => {
     const readme = readFileSync(new URL("../README.md", import.meta.url), "utf8");
-    const file = readFileSync(new URL("./example-policy.ts", import.meta.url), "utf8").replace('from "../src/index.js";', 'from "@gmlake/stitch";');
+    const file = readFileSync(new URL("./example-policy.ts", import.meta.url), "utf8").replace('from "../src/policy-kit.js";', 'from "@gmlake/stitch/policy";');
     expect(readme).toContain(file);
   });
 

@@ -1,5 +1,4 @@
-import { Block, registerPolicy, type AllocatorContext, type Policy, type PolicyInstance } from "../src/index.js";
-import type { Chunk } from "@gmlake/chunk-pool";
+import { Block, registerPolicy, type PhysicalChunk, type Policy, type PolicyContext, type PolicyInstance } from "../src/policy-kit.js";
 
 /** Knobs: every key with its default value. */
 interface NoCacheOptions extends Record<string, unknown> {
@@ -11,15 +10,15 @@ interface NoCacheOptions extends Record<string, unknown> {
 class NoCache implements PolicyInstance {
   private readonly chunk: number;
   constructor(
-    private readonly ctx: AllocatorContext,
+    private readonly ctx: PolicyContext,
     o: NoCacheOptions,
   ) {
-    this.chunk = o.chunkBytes || ctx.chunks.granularity;
+    this.chunk = o.chunkBytes || ctx.device.granularity;
   }
 
   malloc(size: number, stream: number): Block | null {
     const bytes = Math.max(1, Math.ceil(size / this.chunk)) * this.chunk;
-    const chunks: Chunk[] = [];
+    const chunks: PhysicalChunk[] = [];
     for (let i = 0; i < bytes / this.chunk; i++) {
       const c = this.ctx.createChunk(this.chunk);
       if (c === null) {
@@ -36,7 +35,7 @@ class NoCache implements PolicyInstance {
   }
 
   free(b: Block): void {
-    const chunks = b.data as Chunk[];
+    const chunks = b.data as PhysicalChunk[];
     this.ctx.unmapChunks(b.addr, chunks, b.stream);
     this.ctx.reserveFree(b.addr, b.size);
     for (const c of chunks) this.ctx.releaseChunk(c);

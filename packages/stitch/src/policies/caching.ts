@@ -1,9 +1,8 @@
-import type { AllocatorSettings } from "@gmlake/trace";
-import { Block } from "../block.js";
-import { BlockPool } from "../block-pool.js";
-import type { AllocatorContext } from "../context.js";
+import { absorb, Block, splitFront } from "../block.js";
+import { BlockPool, releaseAvailableCachedBlocks } from "../block-pool.js";
+import type { PolicyContext } from "../policy-context.js";
 import type { Policy, PolicyInstance } from "../policy.js";
-import { StitchError } from "../errors.js";
+import { pytorchKnobs } from "../pytorch-knobs.js";
 import { allocationSize, kMinBlockSize, kSmallSize, roundSize } from "../rounding.js";
 
 export interface CachingOptions extends Record<string, unknown> {
@@ -33,12 +32,12 @@ class Segment {
 export class CachingAllocator implements PolicyInstance {
   readonly small = new BlockPool("small", true);
   readonly large = new BlockPool("large", false);
-  private readonly ctx: AllocatorContext;
+  private readonly ctx: PolicyContext;
   private readonly maxSplit: number;
   private readonly maxNonSplitRounding: number;
   private readonly rp2: number[] | null;
 
-  constructor(ctx: AllocatorContext, o: CachingOptions) {
+  constructor(ctx: PolicyContext, o: CachingOptions) {
     this.ctx = ctx;
     ({ maxSplit: this.maxSplit, maxNonSplitRounding: this.maxNonSplitRounding, rp2: this.rp2 } = pytorchKnobs(ctx.settings, o));
   }
@@ -51,10 +50,10 @@ export class CachingAllocator implements PolicyInstance {
       // No memory fraction is modelled, so garbage_collect_cached_blocks never runs (it needs set_fraction).
       const allocSize = allocationSize(rounded);
       b = this.allocBlock(pool, stream, allocSize);
-      if (b === null && this.releaseAvailableCachedBlocks(pool, stream, rounded)) b = this.allocBlock(pool, stream, allocSize);
+      if (b === null && releaseAvailableCachedBlocks(pool.streamBlocks(stream), rounded, this.maxSplit, (x) => this.releaseBlock(x))) b = this.allocBlock(pool, stream, allocSize);
       if (b === null) {
         this.releaseCachedBlocks();
-        this.ctx.stats.numAllocRetries++;
+        this.ctx.retried();
         b = this.allocBlock(pool, stream, allocSize);
       }
       if (b === null) return null;
@@ -88,14 +87,7 @@ export class CachingAllocator implements PolicyInstance {
   private allocFoundBlock(b: Block, size: number, pool: BlockPool): Block {
     if (!this.shouldSplit(b, size)) return b;
     // The allocated part keeps the lower address; the remainder goes back to the pool.
-    const a = new Block(b.addr, size, b.stream, pool);
-    a.segment = b.segment;
-    a.prev = b.prev;
-    if (a.prev !== null) a.prev.next = a;
-    a.next = b;
-    b.prev = a;
-    b.addr += size;
-    b.size -= size;
+    const a = splitFront(b, size);
     pool.insert(b);
     return a;
   }
@@ -103,49 +95,16 @@ export class CachingAllocator implements PolicyInstance {
   free(b: Block): void {
     const pool = b.pool!;
     const prev = b.prev;
-    if (prev !== null && !prev.allocated) {
+    if (Block.mergeable(prev, true)) {
       pool.delete(prev);
-      b.addr = prev.addr;
-      b.size += prev.size;
-      b.prev = prev.prev;
-      if (b.prev !== null) b.prev.next = b;
+      absorb(b, prev);
     }
     const next = b.next;
-    if (next !== null && !next.allocated) {
+    if (Block.mergeable(next, true)) {
       pool.delete(next);
-      b.size += next.size;
-      b.next = next.next;
-      if (b.next !== null) b.next.prev = b;
+      absorb(b, next);
     }
     pool.insert(b);
-  }
-
-  /** With max_split_size set: release oversize cached blocks of this stream, largest first. */
-  private releaseAvailableCachedBlocks(pool: BlockPool, stream: number, size: number): boolean {
-    if (this.maxSplit === Infinity) return false;
-    const keySize = size < this.maxSplit ? this.maxSplit : size;
-    const all = pool.toArray();
-    // lower_bound(stream, keySize, 0)
-    let i = 0;
-    while (i < all.length && (all[i]!.stream < stream || (all[i]!.stream === stream && all[i]!.size < keySize))) i++;
-    if (i === all.length || all[i]!.stream !== stream) {
-      if (i === 0) return false;
-      let released = 0;
-      let j = i - 1;
-      while (j >= 0 && released < keySize && all[j]!.size >= this.maxSplit && all[j]!.stream === stream) {
-        const cur = all[j]!;
-        if (cur.prev === null && cur.next === null) {
-          released += cur.size;
-          this.releaseBlock(cur);
-        }
-        j--;
-      }
-      return released >= keySize;
-    }
-    const b = all[i]!;
-    if (b.prev !== null || b.next !== null) return false;
-    this.releaseBlock(b);
-    return true;
   }
 
   private releaseBlock(b: Block): void {
@@ -190,45 +149,3 @@ export const cachingPolicy: Policy<CachingOptions> = {
   defaults: { maxSplitSize: null, maxNonSplitRounding: null, roundupPower2Divisions: null },
   create: (ctx, o) => new CachingAllocator(ctx, o),
 };
-
-/** PyTorch's own knobs as a policy resolves them: option, else the trace's recorded setting. */
-export interface PytorchKnobs {
-  /** Infinity when unlimited. */
-  maxSplit: number;
-  maxNonSplitRounding: number;
-  /** roundup_power2_divisions, or null when none is set (plain 512-byte rounding). */
-  rp2: number[] | null;
-}
-
-export interface PytorchOptions {
-  maxSplitSize: number | null;
-  maxNonSplitRounding: number | null;
-  roundupPower2Divisions: number[] | null;
-}
-
-/** Checks the PyTorch knobs of a policy's options and resolves them against the recorded settings. */
-export function pytorchKnobs(settings: AllocatorSettings, o: PytorchOptions): PytorchKnobs {
-  checkPytorchOptions(o);
-  const ms = o.maxSplitSize ?? settings.maxSplitSize;
-  const rp2 = o.roundupPower2Divisions ?? settings.roundupPower2Divisions;
-  return {
-    maxSplit: ms === null || ms < 0 ? Infinity : ms,
-    maxNonSplitRounding: o.maxNonSplitRounding ?? settings.maxNonSplitRounding,
-    rp2: rp2.some((d) => d > 1) ? rp2 : null,
-  };
-}
-
-/** The knobs shared with PyTorch's configuration: null (= from the trace's settings) or a valid value. */
-function checkPytorchOptions(o: { maxSplitSize: unknown; maxNonSplitRounding: unknown; roundupPower2Divisions: unknown }): void {
-  const bytes = (k: string, v: unknown) => {
-    if (v !== null && !(typeof v === "number" && Number.isSafeInteger(v) && v >= -1)) {
-      throw new StitchError("BAD_OPTION", `Expected null or a byte count for ${k} but received ${JSON.stringify(v)}`);
-    }
-  };
-  bytes("maxSplitSize", o.maxSplitSize);
-  bytes("maxNonSplitRounding", o.maxNonSplitRounding);
-  const d = o.roundupPower2Divisions;
-  if (d !== null && !(Array.isArray(d) && d.length === 16 && d.every((x) => Number.isInteger(x) && x >= 0))) {
-    throw new StitchError("BAD_OPTION", `Expected null or 16 non-negative integers for roundupPower2Divisions but received ${JSON.stringify(d)}`);
-  }
-}

@@ -1,11 +1,10 @@
-import type { Chunk } from "@gmlake/chunk-pool";
-import { EventKind } from "@gmlake/trace";
-import { Block } from "../block.js";
+import { absorb, Block, splitBack, splitFront } from "../block.js";
 import { BlockPool } from "../block-pool.js";
-import type { AllocatorContext } from "../context.js";
+import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
 import { isDriverOom } from "../errors.js";
+import { lowerBound } from "../lower-bound.js";
 import type { Policy, PolicyInstance } from "../policy.js";
-import { pytorchKnobs } from "./caching.js";
+import { pytorchKnobs } from "../pytorch-knobs.js";
 import { kLargeBuffer, kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../rounding.js";
 
 export interface ExpandableOptions extends Record<string, unknown> {
@@ -44,15 +43,10 @@ class Pool {
   }
   private pos(b: Block): number {
     const u = this.unmapped;
-    let lo = 0;
-    let hi = u.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      const m = u[mid]!;
-      if (m.stream !== b.stream ? m.stream < b.stream : m.addr < b.addr) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+    return lowerBound(u.length, (i) => {
+      const m = u[i]!;
+      return m.stream !== b.stream ? m.stream < b.stream : m.addr < b.addr;
+    });
   }
   addUnmapped(b: Block): void {
     this.unmapped.splice(this.pos(b), 0, b);
@@ -80,24 +74,24 @@ function xs(b: Block): number {
 export class ExpandableAllocator implements PolicyInstance {
   readonly small: Pool;
   readonly large: Pool;
-  private readonly ctx: AllocatorContext;
+  private readonly ctx: PolicyContext;
   private readonly segments: ExpandableSegment[] = [];
   private readonly maxSplit: number;
   private readonly maxNonSplitRounding: number;
   private readonly rp2: number[] | null;
   private readonly addressSpace: number;
 
-  constructor(ctx: AllocatorContext, o: ExpandableOptions) {
+  constructor(ctx: PolicyContext, o: ExpandableOptions) {
     this.ctx = ctx;
     ({ maxSplit: this.maxSplit, maxNonSplitRounding: this.maxNonSplitRounding, rp2: this.rp2 } = pytorchKnobs(ctx.settings, o));
-    const g = ctx.chunks.granularity;
+    const g = ctx.device.granularity;
     for (const p of [o.smallPageSize, o.largePageSize]) {
       if (!(p > 0) || p % g !== 0) throw new Error(`expandable: page size ${p} is not a multiple of the granularity ${g}`);
     }
     this.small = new Pool("small", true, o.smallPageSize);
     this.large = new Pool("large", false, o.largePageSize);
     // totalGlobalMem + totalGlobalMem / 8 (integer division, as PyTorch)
-    const t = ctx.driver.device.totalBytes;
+    const t = ctx.device.totalBytes;
     this.addressSpace = t + Math.floor(t / 8);
   }
 
@@ -110,21 +104,14 @@ export class ExpandableAllocator implements PolicyInstance {
       // release_available_cached_blocks skips expandable blocks, so with max_split_size it cannot help here.
       if (b === null) {
         this.releaseCachedBlocks();
-        this.ctx.stats.numAllocRetries++;
+        this.ctx.retried();
         b = this.tryAllocateExpandableBlock(pool, stream, rounded);
       }
       if (b === null) return null;
     }
     // should_split with expandable segments: any remainder >= 512 B, both pools.
     if (b.size - rounded >= kMinBlockSize) {
-      const a = new Block(b.addr, rounded, stream, b.pool);
-      a.segment = b.segment;
-      a.prev = b.prev;
-      if (a.prev !== null) a.prev.next = a;
-      a.next = b;
-      b.prev = a;
-      b.addr += rounded;
-      b.size -= rounded;
+      const a = splitFront(b, rounded);
       pool.blocks.insert(b);
       return a;
     }
@@ -237,40 +224,22 @@ export class ExpandableAllocator implements PolicyInstance {
     const mapped = this.mapPages(seg, at, size);
     if (mapped === 0) return false;
     pool.removeUnmapped(b);
+    if (mapped < b.size) pool.addUnmapped(splitBack(b, b.addr + mapped)); // the rest stays unmapped
     b.mapped = true;
-    if (mapped < b.size) {
-      const rest = new Block(b.addr + mapped, b.size - mapped, b.stream, b.pool);
-      rest.mapped = false;
-      rest.segment = seg;
-      rest.prev = b;
-      rest.next = b.next;
-      if (rest.next !== null) rest.next.prev = rest;
-      b.next = rest;
-      pool.addUnmapped(rest);
-      b.size = mapped;
-    }
     this.tryMerge(pool, b, b.prev);
     this.tryMerge(pool, b, b.next);
     pool.blocks.insert(b);
-    this.ctx.stats.segments++;
-    this.ctx.record(EventKind.segmentMap, at, mapped, seg.stream);
+    this.ctx.segmentMapped(at, mapped, seg.stream);
     return true;
   }
 
   /** try_merge_blocks(dst, src): src must be free and of the same mapping state. */
   private tryMerge(pool: Pool, dst: Block, src: Block | null): void {
-    if (src === null || src.allocated || src.mapped !== dst.mapped) return;
-    if (src === dst.prev) {
-      dst.addr = src.addr;
-      dst.prev = src.prev;
-      if (dst.prev !== null) dst.prev.next = dst;
-    } else {
-      dst.next = src.next;
-      if (dst.next !== null) dst.next.prev = dst;
-    }
-    dst.size += src.size;
+    if (!Block.mergeable(src, dst.mapped)) return;
+    // out of its pool (keyed on the old bounds) before dst's bounds change
     if (src.mapped) pool.blocks.delete(src);
     else pool.removeUnmapped(src);
+    absorb(dst, src);
   }
 
   free(b: Block): void {
@@ -297,34 +266,14 @@ export class ExpandableAllocator implements PolicyInstance {
       seg.pages[i] = null;
     }
     pool.blocks.delete(b);
-    const before = uAddr - b.addr;
-    if (before > 0) {
-      const f = new Block(b.addr, before, b.stream, b.pool);
-      f.segment = seg;
-      f.prev = b.prev;
-      if (f.prev !== null) f.prev.next = f;
-      f.next = b;
-      b.prev = f;
-      pool.blocks.insert(f);
-    }
-    const after = b.size - before - uSize;
-    if (after > 0) {
-      const f = new Block(uAddr + uSize, after, b.stream, b.pool);
-      f.segment = seg;
-      f.next = b.next;
-      if (f.next !== null) f.next.prev = f;
-      f.prev = b;
-      b.next = f;
-      pool.blocks.insert(f);
-    }
-    b.addr = uAddr;
-    b.size = uSize;
+    // the mapped bytes before and after the unmapped pages stay free and mapped
+    if (uAddr > b.addr) pool.blocks.insert(splitFront(b, uAddr - b.addr));
+    if (b.addr + b.size > uAddr + uSize) pool.blocks.insert(splitBack(b, uAddr + uSize));
     b.mapped = false;
     this.tryMerge(pool, b, b.prev);
     this.tryMerge(pool, b, b.next);
     pool.addUnmapped(b);
-    this.ctx.stats.segments--;
-    this.ctx.record(EventKind.segmentUnmap, uAddr, uSize, seg.stream);
+    this.ctx.segmentUnmapped(uAddr, uSize, seg.stream);
   }
 
   private releaseSegment(pool: Pool, b: Block): void {

@@ -1,4 +1,4 @@
-import type { Chunk } from "@gmlake/chunk-pool";
+import type { PhysicalChunk as Chunk } from "../policy-context.js";
 import { Block } from "../block.js";
 
 /**

@@ -1,27 +1,17 @@
-import type { Chunk } from "@gmlake/chunk-pool";
 import { EventKind } from "@gmlake/trace";
-import { Block } from "../block.js";
-import { BlockPool } from "../block-pool.js";
-import type { AllocatorContext } from "../context.js";
+import { absorb, Block, splitFront } from "../block.js";
+import { BlockPool, releaseAvailableCachedBlocks } from "../block-pool.js";
+import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
 import { isDriverOom, StitchError } from "../errors.js";
 import type { Policy, PolicyInstance } from "../policy.js";
 import { allocationSize, kSmallSize, roundSize } from "../rounding.js";
-import { CachingAllocator, pytorchKnobs } from "./caching.js";
+import { CachingAllocator } from "./caching.js";
+import { pytorchKnobs } from "../pytorch-knobs.js";
 import { PSegment, SBlock, SState } from "./gmlake-blocks.js";
+import { lowerBoundOf } from "../lower-bound.js";
 
 const GiB = 2 ** 30;
 
-/** First k with a[k] >= x (a sorted). */
-function lowerBound(a: Int32Array, x: number): number {
-  let lo = 0;
-  let hi = a.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (a[mid]! < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 const MiB = 2 ** 20;
 
 /** GMLake's knobs under the original (environment variable) names. */
@@ -65,7 +55,7 @@ export class GmlakeAllocator implements PolicyInstance {
   readonly sPool = new BlockPool("sPool", false);
   /** PyTorch's small pool, unchanged (requests rounded <= 1 MiB). */
   readonly small: CachingAllocator;
-  private readonly ctx: AllocatorContext;
+  private readonly ctx: PolicyContext;
   private readonly C: number;
   /** 1 / C: x * invC === x / C exactly when x is a multiple of C (the error of 1/C is below half an ulp of the quotient), and avoids a division on hot paths. */
   private readonly invC: number;
@@ -104,9 +94,9 @@ export class GmlakeAllocator implements PolicyInstance {
     peakStitchedBytes: 0,
   };
 
-  constructor(ctx: AllocatorContext, o: GmlakeOptions) {
+  constructor(ctx: PolicyContext, o: GmlakeOptions) {
     this.ctx = ctx;
-    const g = ctx.chunks.granularity;
+    const g = ctx.device.granularity;
     const num = (k: keyof GmlakeOptions, ok: (v: number) => boolean, what: string): number => {
       const v = o[k] as number;
       if (typeof v !== "number" || !Number.isFinite(v) || !ok(v)) {
@@ -151,11 +141,11 @@ export class GmlakeAllocator implements PolicyInstance {
       // State 3: new memory; state 4: release the cache and retry; stitching at the levels allowed.
       const allocSize = Math.ceil(allocationSize(rounded) / C) * C;
       b = this.allocNew(stream, rounded, allocSize);
-      if (b === null && this.releaseAvailableCachedBlocks(stream, rounded)) b = this.allocNew(stream, rounded, allocSize);
+      if (b === null && releaseAvailableCachedBlocks(this.large.streamBlocks(stream), rounded, this.maxSplit, (x) => this.releasePBlock(x))) b = this.allocNew(stream, rounded, allocSize);
       if (b === null) b = this.stitch(stream, rounded, 1);
       if (b === null) {
         this.releaseCachedBlocks();
-        this.ctx.stats.numAllocRetries++;
+        this.ctx.retried();
         b = this.allocNew(stream, rounded, allocSize);
       }
       if (b === null) b = this.stitch(stream, rounded, 2);
@@ -177,12 +167,8 @@ export class GmlakeAllocator implements PolicyInstance {
   private mallocSmall(size: number, stream: number): Block | null {
     const b = this.small.malloc(size, stream);
     if (b !== null) return b;
-    const st = this.ctx.stats;
-    const retries = st.numAllocRetries; // one malloc, one retry counted
-    this.releaseCachedBlocks();
-    const r = this.small.malloc(size, stream);
-    st.numAllocRetries = retries;
-    return r;
+    this.releaseCachedBlocks(); // the small pool's own retry was reported (the engine counts one per malloc)
+    return this.small.malloc(size, stream);
   }
 
   /**
@@ -303,12 +289,6 @@ export class GmlakeAllocator implements PolicyInstance {
   }
 
   /** Free pBlocks of a stream in pool order (ascending size, address). */
-  private streamFree(stream: number): Block[] {
-    const out: Block[] = [];
-    for (let b = this.large.seek(stream, 0); b !== null && b.stream === stream; b = this.large.advance()) out.push(b);
-    return out;
-  }
-
   /**
    * State 2, get_fused_fragmented_blocks: when the stream's free pBlocks together cover the
    * request, take them from the largest down until they do (split the last when it
@@ -316,7 +296,7 @@ export class GmlakeAllocator implements PolicyInstance {
    */
   private stitch(stream: number, size: number, time: number): Block | null {
     if (!this.vmm || time < this.defragLevel || size < this.fragLimit) return null;
-    const cands = this.streamFree(stream);
+    const cands = this.large.streamBlocks(stream);
     if (cands.length < 2) return null;
     let sum = 0;
     let k = cands.length;
@@ -416,7 +396,7 @@ export class GmlakeAllocator implements PolicyInstance {
   private allocNew(stream: number, size: number, allocSize: number): Block | null {
     if (this.reAlloc && this.vmm && size >= this.fragLimit) {
       let free = 0;
-      for (const b of this.streamFree(stream)) free += b.size;
+      for (const b of this.large.streamBlocks(stream)) free += b.size;
       if (free >= size) return null; // the original gives up here too ("something weird happened")
       if (free > 0) allocSize = Math.ceil(allocationSize(size - free) / this.C) * this.C;
     }
@@ -435,8 +415,7 @@ export class GmlakeAllocator implements PolicyInstance {
       for (const S of this.fragS) if (S.stream === stream) garbage += S.size;
       for (const S of this.freeS) if (S.stream === stream) garbage += S.size;
       if (garbage < bytes) return null;
-      this.ctx.recordDriverCall("memGetInfo", 0, 0);
-      if (!(this.ctx.driver.memGetInfo().freeBytes > bytes)) return null;
+      if (!(this.ctx.freeDeviceBytes() > bytes)) return null;
       this.gc(t, bytes);
     }
   }
@@ -444,7 +423,7 @@ export class GmlakeAllocator implements PolicyInstance {
   /** Create chunks (all or nothing), reserve a range, map them: one new pBlock spanning a new segment. */
   private newSegment(stream: number, bytes: number): Block | null {
     // More than the device has can never be created: fail now, not after thousands of cuMemCreate calls.
-    if (bytes > this.ctx.driver.device.totalBytes) return null;
+    if (bytes > this.ctx.device.totalBytes) return null;
     const C = this.C;
     const nChunks = bytes / C;
     const chunks: Chunk[] = new Array<Chunk>(nChunks);
@@ -489,10 +468,9 @@ export class GmlakeAllocator implements PolicyInstance {
     const p = new Block(va, bytes, stream, this.large);
     p.segment = seg;
     seg.starts[0] = p;
-    this.ctx.stats.segments++;
     this.n.segmentsCreated++;
     this.n.chunksCreated += nChunks;
-    this.ctx.record(EventKind.segmentMap, va, bytes, stream);
+    this.ctx.segmentMapped(va, bytes, stream);
     return p;
   }
 
@@ -501,17 +479,10 @@ export class GmlakeAllocator implements PolicyInstance {
   /** Split p (not in the pool): the returned block takes the lower `bytes`, p keeps the rest. */
   private splitLow(p: Block, bytes: number): Block {
     const seg = p.segment as PSegment;
-    const a = new Block(p.addr, bytes, p.stream, this.large);
-    a.segment = seg;
-    a.prev = p.prev;
-    if (a.prev !== null) a.prev.next = a;
-    a.next = p;
-    p.prev = a;
     const invC = this.invC;
     const i = (p.addr - seg.base) * invC;
+    const a = splitFront(p, bytes);
     seg.starts[i] = a;
-    p.addr += bytes;
-    p.size -= bytes;
     seg.starts[i + bytes * invC] = p;
     return a;
   }
@@ -525,23 +496,18 @@ export class GmlakeAllocator implements PolicyInstance {
     // p takes the pool slot of a merged neighbour (BlockPool.replace): often one search, not a delete and an insert.
     let slot: Block | null = null;
     const prev = p.prev;
-    if (prev !== null && !prev.allocated) {
+    if (Block.mergeable(prev, true)) {
       slot = prev;
       seg.starts[(p.addr - seg.base) * invC] = null;
-      p.addr = prev.addr;
-      p.size += prev.size;
-      p.prev = prev.prev;
-      if (p.prev !== null) p.prev.next = p;
+      absorb(p, prev);
       seg.starts[(p.addr - seg.base) * invC] = p;
     }
     const next = p.next;
-    if (next !== null && !next.allocated) {
+    if (Block.mergeable(next, true)) {
       if (slot === null) slot = next;
       else this.large.delete(next);
       seg.starts[(next.addr - seg.base) * invC] = null;
-      p.size += next.size;
-      p.next = next.next;
-      if (p.next !== null) p.next.prev = p;
+      absorb(p, next);
     }
     // a neighbour may be free but out of the pool (a failed stitch's other pBlocks): then insert, as a delete would have been a no-op
     if (slot === null || !this.large.replace(slot, p)) this.large.insert(p);
@@ -556,7 +522,7 @@ export class GmlakeAllocator implements PolicyInstance {
     const i1 = i0 + p.size * invC;
     const idx = this.stitchedIdx(seg);
     const lists = seg.sLists;
-    for (let k = lowerBound(idx, i0); k < idx.length && idx[k]! < i1; k++) {
+    for (let k = lowerBoundOf(idx, i0); k < idx.length && idx[k]! < i1; k++) {
       const list = lists[k]!;
       for (let m = 0; m < list.length; m++) {
         const S = list[m]!;
@@ -581,7 +547,7 @@ export class GmlakeAllocator implements PolicyInstance {
     const i1 = i0 + p.size * invC;
     const idx = this.stitchedIdx(seg);
     const lists = seg.sLists;
-    for (let k = lowerBound(idx, i0); k < idx.length && idx[k]! < i1; k++) {
+    for (let k = lowerBoundOf(idx, i0); k < idx.length && idx[k]! < i1; k++) {
       const list = lists[k]!;
       for (let m = 0; m < list.length; m++) {
         const S = list[m]!;
@@ -759,32 +725,7 @@ export class GmlakeAllocator implements PolicyInstance {
       this.ctx.releaseChunk(c);
     }
     this.segments.delete(seg);
-    this.ctx.stats.segments--;
-    this.ctx.record(EventKind.segmentUnmap, seg.base, seg.size, seg.stream);
-  }
-
-  /** release_available_cached_blocks (only with max_split_size): whole oversize pBlocks of the stream, largest first. */
-  private releaseAvailableCachedBlocks(stream: number, size: number): boolean {
-    if (this.maxSplit === Infinity) return false;
-    const key = size < this.maxSplit ? this.maxSplit : size;
-    const all = this.streamFree(stream);
-    let i = 0;
-    while (i < all.length && all[i]!.size < key) i++;
-    if (i < all.length) {
-      const b = all[i]!;
-      if (b.prev !== null || b.next !== null) return false;
-      this.releasePBlock(b);
-      return true;
-    }
-    let released = 0;
-    for (let j = all.length - 1; j >= 0 && released < key && all[j]!.size >= this.maxSplit; j--) {
-      const b = all[j]!;
-      if (b.prev === null && b.next === null) {
-        released += b.size;
-        this.releasePBlock(b);
-      }
-    }
-    return released >= key;
+    this.ctx.segmentUnmapped(seg.base, seg.size, seg.stream);
   }
 
   /** release_cached_blocks: every whole free pBlock (with the sBlocks mapping it), then the small pool's free segments. */
@@ -909,8 +850,8 @@ export class GmlakeAllocator implements PolicyInstance {
     if (this.sPool.size !== this.freeS.size) return `sPool holds ${this.sPool.size}, free sBlocks ${this.freeS.size}`;
     let chunkBytes = 0;
     for (const seg of this.segments) chunkBytes += seg.size;
-    if (chunkBytes + this.ctx.plainBytes !== this.ctx.stats.reservedBytes) {
-      return `reserved ${this.ctx.stats.reservedBytes} != pBlock segments ${chunkBytes} + small segments ${this.ctx.plainBytes}`;
+    if (chunkBytes + this.ctx.plainSegmentBytes !== this.ctx.reservedBytes) {
+      return `reserved ${this.ctx.reservedBytes} != pBlock segments ${chunkBytes} + small segments ${this.ctx.plainSegmentBytes}`;
     }
     return null;
   }

@@ -1,6 +1,7 @@
-import type { Chunk } from "@gmlake/chunk-pool";
+import type { PhysicalChunk as Chunk } from "../policy-context.js";
 import type { Block } from "../block.js";
 import { StitchError } from "../errors.js";
+import { lowerBoundOf } from "../lower-bound.js";
 
 /**
  * One stream's virtual range for the vms policy's large blocks. Blocks cover it from
@@ -30,15 +31,7 @@ export class Arena {
 
   /** Index of the first handle starting at or after `addr`. */
   lowerBound(addr: number): number {
-    const a = this.hAddr;
-    let lo = 0;
-    let hi = a.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (a[mid]! < addr) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+    return lowerBoundOf(this.hAddr, addr);
   }
 
   addHandle(addr: number, c: Chunk): void {

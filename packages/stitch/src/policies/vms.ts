@@ -1,8 +1,7 @@
-import type { Chunk } from "@gmlake/chunk-pool";
 import { EventKind } from "@gmlake/trace";
-import { Block } from "../block.js";
+import { absorb, Block, splitBack } from "../block.js";
 import { BlockPool } from "../block-pool.js";
-import type { AllocatorContext } from "../context.js";
+import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
 import { isDriverOom, StitchError } from "../errors.js";
 import type { Policy, PolicyInstance } from "../policy.js";
 import { kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../rounding.js";
@@ -62,7 +61,7 @@ interface Gap {
 export class VmsAllocator implements PolicyInstance {
   readonly pool = new BlockPool("vms-large", false);
   readonly smallPool = new BlockPool("vms-small", true);
-  private readonly ctx: AllocatorContext;
+  private readonly ctx: PolicyContext;
   private readonly o: VmsOptions;
   private readonly rp2: number[] | null;
   private readonly g: number;
@@ -70,12 +69,12 @@ export class VmsAllocator implements PolicyInstance {
   private readonly arenaBytes: number;
   private readonly n = { grows: 0, moved: 0, movedBytes: 0, created: 0, createdBytes: 0, tailRetries: 0, windowScans: 0, crossStreamHits: 0, smallSegments: 0, smallSegmentsMade: 0 };
 
-  constructor(ctx: AllocatorContext, o: VmsOptions) {
+  constructor(ctx: PolicyContext, o: VmsOptions) {
     this.ctx = ctx;
     this.o = o;
     const rp2 = o.roundupPower2Divisions ?? ctx.settings.roundupPower2Divisions;
     this.rp2 = rp2.some((d) => d > 1) ? rp2 : null;
-    this.g = ctx.chunks.granularity;
+    this.g = ctx.device.granularity;
     for (const [k, v] of [
       ["maxHandleBytes", o.maxHandleBytes],
       ["minTailHandleBytes", o.minTailHandleBytes],
@@ -84,7 +83,7 @@ export class VmsAllocator implements PolicyInstance {
     }
     if (!(o.handlesPerRequest >= 1)) throw new StitchError("BAD_OPTION", `vms: handlesPerRequest must be >= 1 but received ${o.handlesPerRequest}`);
     if (o.donorOrder !== "size" && o.donorOrder !== "hole") throw new StitchError("BAD_OPTION", `vms: donorOrder must be "size" or "hole" but received ${JSON.stringify(o.donorOrder)}`);
-    const total = ctx.driver.device.totalBytes;
+    const total = ctx.device.totalBytes;
     const want = o.arenaBytes ?? 2 * total;
     this.arenaBytes = Math.ceil(want / this.g) * this.g;
     if (!(o.smallSegmentBytes > kSmallSize) || o.smallSegmentBytes % kMinBlockSize !== 0) {
@@ -113,16 +112,7 @@ export class VmsAllocator implements PolicyInstance {
       b = new Block(host.addr, host.size, stream, sp);
       b.segment = new SmallSegment(host);
     }
-    if (b.size - rounded >= kMinBlockSize) {
-      const r = new Block(b.addr + rounded, b.size - rounded, stream, sp);
-      r.segment = b.segment;
-      r.prev = b;
-      r.next = b.next;
-      if (r.next !== null) r.next.prev = r;
-      b.next = r;
-      b.size = rounded;
-      sp.insert(r);
-    }
+    if (b.size - rounded >= kMinBlockSize) sp.insert(splitBack(b, b.addr + rounded));
     const host = (b.segment as SmallSegment).host;
     b.seams = host.seams === null ? null : (host.segment as Arena).seams(b.addr, b.addr + b.size);
     return b;
@@ -132,19 +122,15 @@ export class VmsAllocator implements PolicyInstance {
   private freeSmall(b: Block): void {
     const sp = this.smallPool;
     const p = b.prev;
-    if (p !== null && !p.allocated) {
+    if (Block.mergeable(p, true)) {
       sp.delete(p);
-      p.size += b.size;
-      p.next = b.next;
-      if (p.next !== null) p.next.prev = p;
+      absorb(p, b); // the left block survives
       b = p;
     }
     const n = b.next;
-    if (n !== null && !n.allocated) {
+    if (Block.mergeable(n, true)) {
       sp.delete(n);
-      b.size += n.size;
-      b.next = n.next;
-      if (b.next !== null) b.next.prev = b;
+      absorb(b, n);
     }
     if (b.prev === null && b.next === null) {
       const host = (b.segment as SmallSegment).host;
@@ -175,7 +161,7 @@ export class VmsAllocator implements PolicyInstance {
     let r = this.grow(rounded, stream, false);
     if (r === null) {
       // Out of memory: use every free handle, at the open end of the arena where any handle fits.
-      this.ctx.stats.numAllocRetries++;
+      this.ctx.retried();
       this.n.tailRetries++;
       r = this.grow(rounded, stream, true);
     }
@@ -209,14 +195,7 @@ export class VmsAllocator implements PolicyInstance {
 
   /** Split `b` at `at`: b keeps [addr, at), the returned block gets [at, end). Pool membership is the caller's. */
   private split(b: Block, at: number): Block {
-    const r = new Block(at, b.addr + b.size - at, b.stream, this.pool);
-    r.segment = b.segment;
-    r.mapped = b.mapped;
-    r.prev = b;
-    r.next = b.next;
-    if (r.next !== null) r.next.prev = r;
-    b.next = r;
-    b.size = at - b.addr;
+    const r = splitBack(b, at);
     if (!r.mapped) (r.segment as Arena).unmapped.add(r);
     return r;
   }
@@ -225,21 +204,17 @@ export class VmsAllocator implements PolicyInstance {
   private mergeFree(b: Block): Block {
     const pool = this.pool;
     const p = b.prev;
-    if (p !== null && !p.allocated && p.mapped === b.mapped) {
+    if (Block.mergeable(p, b.mapped)) {
       if (p.mapped) pool.delete(p);
       else (b.segment as Arena).unmapped.delete(b);
-      p.size += b.size;
-      p.next = b.next;
-      if (p.next !== null) p.next.prev = p;
+      absorb(p, b);
       b = p;
     }
     const n = b.next;
-    if (n !== null && !n.allocated && n.mapped === b.mapped) {
+    if (Block.mergeable(n, b.mapped)) {
       if (n.mapped) pool.delete(n);
       else (n.segment as Arena).unmapped.delete(n);
-      b.size += n.size;
-      b.next = n.next;
-      if (b.next !== null) b.next.prev = b;
+      absorb(b, n);
     }
     if (b.mapped) pool.insert(b);
     return b;
@@ -376,7 +351,7 @@ export class VmsAllocator implements PolicyInstance {
     d.arena.unmapped.add(m);
     this.ctx.unmapChunks(d.addr, [d.chunk], d.arena.stream);
     d.arena.removeHandle(d.addr);
-    this.ctx.record(EventKind.segmentUnmap, d.addr, z, d.arena.stream);
+    this.ctx.segmentUnmapped(d.addr, z, d.arena.stream);
     this.mergeFree(m);
   }
 
@@ -408,7 +383,7 @@ export class VmsAllocator implements PolicyInstance {
     m.mapped = true;
     a.unmapped.delete(m);
     this.mergeFree(m);
-    this.ctx.record(EventKind.segmentMap, f0, bytes, a.stream);
+    this.ctx.segmentMapped(f0, bytes, a.stream);
     if (moved > 0) this.ctx.record(EventKind.stitch, f0, bytes, a.stream, chunks.length);
     return true;
   }
@@ -586,7 +561,7 @@ export class VmsAllocator implements PolicyInstance {
       for (let i = 0; i < a.hAddr.length; i++) {
         const c = a.hChunk[i]!;
         if (i + 1 < a.hAddr.length && a.hAddr[i]! + c.size > a.hAddr[i + 1]!) return `handles overlap at 0x${a.hAddr[i]!.toString(16)}`;
-        if (this.ctx.chunks.chunkMappedAt(a.hAddr[i]!) !== c) return `chunk pool disagrees at 0x${a.hAddr[i]!.toString(16)}`;
+        if (this.ctx.chunkMappedAt(a.hAddr[i]!) !== c) return `chunk pool disagrees at 0x${a.hAddr[i]!.toString(16)}`;
         if (c.mappings.length !== 1) return `handle ${c.id} mapped ${c.mappings.length} times`;
         handles += c.size;
       }

@@ -1,0 +1,87 @@
+import type { AllocatorSettings } from "@gmlake/trace";
+
+/**
+ * A physical allocation (one cuMemCreate handle) as a policy sees it: which it is, how big,
+ * and where it is mapped. Never the handle itself: only the context acts on it.
+ */
+export interface PhysicalChunk {
+  /** Unique per allocator and dense from 0: usable as an array index. */
+  readonly id: number;
+  readonly size: number;
+  /** False once released. */
+  readonly live: boolean;
+  /** Virtual start addresses where the whole chunk is mapped (more than one = stitched). */
+  readonly mappings: readonly number[];
+}
+
+/** What a policy may know about its device (read-only). */
+export interface DeviceFacts {
+  readonly ordinal: number;
+  readonly name: string;
+  readonly totalBytes: number;
+  /** The minimum allocation granularity: every chunk size and mapped range is a multiple of it. */
+  readonly granularity: number;
+  readonly recommendedGranularity: number;
+}
+
+/**
+ * Everything a policy can do, and all it can see: the engine's side of the boundary. The
+ * engine keeps the books (reserved bytes, segments, retries, the event log) from these
+ * calls, so a policy cannot make them drift from what the driver holds. No driver, no
+ * chunk pool, no writable statistics: a policy decides, the context acts.
+ *
+ * Out of memory: acquire calls (`segmentAlloc`, `createChunk`) return -1 / null; range and
+ * map calls throw the driver's error, which `isDriverOom(e)` recognizes.
+ */
+export interface PolicyContext {
+  readonly device: DeviceFacts;
+  /** The PyTorch allocator settings of the run (a trace's recorded ones, or PyTorch's defaults). */
+  readonly settings: Readonly<AllocatorSettings>;
+  /** Reserved bytes now: live physical chunks + plain segments (read-only). */
+  readonly reservedBytes: number;
+  /** Bytes of live plain (cudaMalloc) segments (read-only). */
+  readonly plainSegmentBytes: number;
+
+  // ---- physical memory
+  /** cudaMalloc a plain segment: its address, or -1 when out of memory. Records segment_alloc. */
+  segmentAlloc(size: number, stream: number): number;
+  /** cudaFree a segment from segmentAlloc. Records segment_free. */
+  segmentFree(addr: number, size: number, stream: number): void;
+  /**
+   * cuMemCreate one chunk: null when out of memory. `tentative`: part of an all-or-nothing
+   * batch; the reserved peak counts it only at commitReserved() (PyTorch counts a page only
+   * once its range is mapped).
+   */
+  createChunk(size: number, tentative?: boolean): PhysicalChunk | null;
+  /** Raise the reserved peak to the reserved bytes now (after a tentative batch is in use). */
+  commitReserved(): void;
+  /** cuMemRelease a chunk that is mapped nowhere. */
+  releaseChunk(chunk: PhysicalChunk): void;
+
+  // ---- virtual ranges
+  /** cuMemAddressReserve: the range's address (throws the driver's error). */
+  reserve(size: number, alignment?: number): number;
+  /** cuMemAddressFree a range from reserve(). */
+  reserveFree(addr: number, size: number): void;
+  /**
+   * Map chunks side by side at addr and make them accessible (one set-access): all or
+   * nothing. A chunk may be mapped at several addresses at once (stitching). Returns bytes.
+   */
+  mapChunks(addr: number, chunks: readonly PhysicalChunk[], stream?: number): number;
+  /** Unmap chunks mapped side by side at addr by mapChunks. Returns bytes. */
+  unmapChunks(addr: number, chunks: readonly PhysicalChunk[], stream?: number): number;
+  /** The chunk whose mapping starts at addr, or null. */
+  chunkMappedAt(addr: number): PhysicalChunk | null;
+  /** cuMemGetInfo's free bytes of the device (a counted driver call). */
+  freeDeviceBytes(): number;
+
+  // ---- reports: the engine counts and records them
+  /** This malloc went through release-and-retry (PyTorch's num_alloc_retries: counted once per malloc). */
+  retried(): void;
+  /** A mapped segment began at [addr, addr + size): counts segment.all.current, records segment_map. */
+  segmentMapped(addr: number, size: number, stream: number): void;
+  /** A mapped segment ended: counts it, records segment_unmap. */
+  segmentUnmapped(addr: number, size: number, stream: number): void;
+  /** A policy decision worth plotting: EventKind.stitch (aux = chunks) or EventKind.gc (aux = ranges freed). */
+  record(kind: number, addr: number, size: number, stream: number, aux?: number): void;
+}
