@@ -1,3 +1,5 @@
+import { terminalSafe } from "@gmlake/output";
+
 /** What went wrong, as a stable code that callers and tests can switch on. */
 export type SnapshotErrorCode =
   | "NOT_FOUND"
@@ -31,15 +33,3 @@ export class SnapshotError extends Error {
   }
 }
 
-/**
- * Text from a file (names, keys) made safe to print: control characters (C0, DEL, C1,
- * which can move the cursor, set a window title or break the message onto two lines)
- * become \xNN / \u{NNNN} escapes, so that every message is one inert line.
- */
-export function terminalSafe(s: string): string {
-  // eslint-disable-next-line no-control-regex
-  return s.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, (c) => {
-    const n = c.charCodeAt(0);
-    return n < 0x100 ? `\\x${n.toString(16).padStart(2, "0")}` : `\\u{${n.toString(16)}}`;
-  });
-}
