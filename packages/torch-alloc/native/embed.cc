@@ -1,0 +1,406 @@
+// The Node embedding behind the allocator (libgmlake_embed.so, linked against Debian's
+// libnode.so.108): one Node environment per process, started on the first
+// gmlake_embed_start(), running native/boot.cjs, which imports the bridge (dist/bridge.js)
+// and through it @gmlake/stitch. Every allocator call becomes one synchronous call of the
+// bridge's `call(op, a, b, c)`.
+//
+// Two ways for PyTorch's threads (the Python thread, autograd's backward thread) to reach
+// the one isolate, chosen at start (README "Threading", BENCHMARKS.md):
+//   locker - the calling thread takes a v8::Locker, enters the isolate and calls;
+//   thread - a dedicated JS thread owns the isolate; a caller hands the request over
+//            through a one-slot mailbox and spins, then sleeps on a futex, for the answer.
+// Node starts with no signal handlers, no stdio setup, no NODE_OPTIONS, no inspector, no
+// resource-limit or large-page changes: the host process keeps its own.
+#include "embed.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <node.h>
+#include <uv.h>
+
+namespace {
+
+using v8::Context;
+using v8::Function;
+using v8::HandleScope;
+using v8::Isolate;
+using v8::Local;
+using v8::Locker;
+using v8::Number;
+using v8::Object;
+using v8::Promise;
+using v8::String;
+using v8::TryCatch;
+using v8::Value;
+
+// ---- process-wide Node state ------------------------------------------------------------
+// Never torn down: at process exit the JS thread may hold the isolate, and PyTorch frees
+// tensors until the very end, so these are leaked on purpose (no static destructors).
+node::InitializationResult* g_init = nullptr;
+node::CommonEnvironmentSetup* g_setup = nullptr;
+Isolate* g_isolate = nullptr;
+v8::Global<Function>* g_call = new v8::Global<Function>();
+v8::Global<Function>* g_text = new v8::Global<Function>();
+int g_threading = kThreadingLocker;
+bool g_started = false;
+std::string g_startError;  // sticky: a failed start is reported again, never retried
+thread_local std::string t_lastError;
+
+std::string Describe(Isolate* isolate, TryCatch& tc) {
+  if (!tc.HasCaught()) return "unknown JavaScript error";
+  Local<Value> ex = tc.Exception();
+  Local<Context> ctx = isolate->GetCurrentContext();
+  if (ex->IsObject()) {
+    Local<Value> stack;
+    if (ex.As<Object>()->Get(ctx, String::NewFromUtf8Literal(isolate, "message")).ToLocal(&stack) && stack->IsString()) {
+      String::Utf8Value s(isolate, stack);
+      if (*s != nullptr) return *s;
+    }
+  }
+  String::Utf8Value s(isolate, ex);
+  return *s != nullptr ? *s : "unprintable JavaScript error";
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// Runs the event loop until `promise` settles (module loading reads files through libuv),
+// at most `limitS` seconds: a load that never settles is an error, not a hang.
+bool Settle(Local<Promise> promise, double limitS, std::string* err) {
+  uv_loop_t* loop = g_setup->event_loop();
+  node::MultiIsolatePlatform* platform = g_init->platform();
+  auto t0 = std::chrono::steady_clock::now();
+  while (promise->State() == Promise::kPending) {
+    uv_run(loop, UV_RUN_NOWAIT);
+    platform->DrainTasks(g_isolate);
+    g_isolate->PerformMicrotaskCheckpoint();
+    if (promise->State() != Promise::kPending) break;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limitS) {
+      *err = "loading the allocator's modules did not finish within " + std::to_string(static_cast<int>(limitS)) + " s";
+      return false;
+    }
+    if (!uv_loop_alive(loop)) usleep(200);
+  }
+  if (promise->State() == Promise::kRejected) {
+    Local<Value> r = promise->Result();
+    Local<Context> ctx = g_isolate->GetCurrentContext();
+    std::string msg;
+    Local<Value> m;
+    if (r->IsObject() && r.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "message")).ToLocal(&m) && m->IsString()) {
+      String::Utf8Value s(g_isolate, m);
+      msg = *s ? *s : "";
+    } else {
+      String::Utf8Value s(g_isolate, r);
+      msg = *s ? *s : "";
+    }
+    *err = msg.empty() ? "the allocator's boot script failed" : msg;
+    return false;
+  }
+  return true;
+}
+
+// Node once per process; the environment, the boot script and the bridge. Runs on the
+// thread that will use the isolate first (the caller for locker, the JS thread for thread).
+bool StartNode(const std::string& boot, const std::string& config, std::string* err) {
+  std::vector<std::string> args = {"gmlake-torch-alloc"};
+  using namespace node::ProcessInitializationFlags;
+  g_init = node::InitializeOncePerProcess(
+               args, {kNoDefaultSignalHandling, kNoStdioInitialization, kNoAdjustResourceLimits, kNoUseLargePages,
+                      kDisableNodeOptionsEnv, kNoPrintHelpOrVersionOutput})
+               .release();
+  if (g_init->early_return() || !g_init->errors().empty()) {
+    *err = "Node.js initialization failed";
+    for (const std::string& e : g_init->errors()) *err += ": " + e;
+    return false;
+  }
+  std::vector<std::string> errors;
+  g_setup = node::CommonEnvironmentSetup::Create(
+      g_init->platform(), &errors, g_init->args(), g_init->exec_args(),
+      static_cast<node::EnvironmentFlags::Flags>(node::EnvironmentFlags::kOwnsProcessState |
+                                                 node::EnvironmentFlags::kNoCreateInspector))
+                .release();
+  if (g_setup == nullptr) {
+    *err = "creating the Node.js environment failed";
+    for (const std::string& e : errors) *err += ": " + e;
+    return false;
+  }
+  g_isolate = g_setup->isolate();
+  Locker locker(g_isolate);
+  Isolate::Scope isolateScope(g_isolate);
+  HandleScope handleScope(g_isolate);
+  Local<Context> ctx = g_setup->context();
+  Context::Scope contextScope(ctx);
+  TryCatch tc(g_isolate);
+  // process.exit() from a policy would end the Python process: refused.
+  std::string script =
+      "process.exit = process.reallyExit = () => { throw new Error('process.exit() is not allowed inside the gmlake allocator'); };\n"
+      "globalThis.__gmlakeBoot = require('module').createRequire(" + JsonString(boot) + ")(" + JsonString(boot) + ");\n";
+  if (node::LoadEnvironment(g_setup->env(), script.c_str()).IsEmpty()) {
+    *err = "the allocator's boot script " + boot + " failed: " + Describe(g_isolate, tc);
+    return false;
+  }
+  Local<Value> bootFn;
+  if (!ctx->Global()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "__gmlakeBoot")).ToLocal(&bootFn) || !bootFn->IsFunction()) {
+    *err = "the allocator's boot script " + boot + " exports no function";
+    return false;
+  }
+  Local<Value> argv[1] = {String::NewFromUtf8(g_isolate, config.c_str()).ToLocalChecked()};
+  Local<Value> ret;
+  if (!bootFn.As<Function>()->Call(ctx, ctx->Global(), 1, argv).ToLocal(&ret) || !ret->IsPromise()) {
+    *err = "the allocator's boot function failed: " + Describe(g_isolate, tc);
+    return false;
+  }
+  if (!Settle(ret.As<Promise>(), 120, err)) return false;
+  Local<Value> bridge = ret.As<Promise>()->Result();
+  Local<Value> call, text, failure;
+  if (bridge->IsObject() && bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "error")).ToLocal(&failure) &&
+      failure->IsString()) {
+    String::Utf8Value s(g_isolate, failure);
+    *err = *s != nullptr ? *s : "the allocator failed to start";
+    return false;
+  }
+  if (!bridge->IsObject() ||
+      !bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "call")).ToLocal(&call) || !call->IsFunction() ||
+      !bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "text")).ToLocal(&text) || !text->IsFunction()) {
+    *err = "the allocator's bridge has no call/text functions";
+    return false;
+  }
+  g_call->Reset(g_isolate, call.As<Function>());
+  g_text->Reset(g_isolate, text.As<Function>());
+  return true;
+}
+
+// ---- one call into JS, on a thread that holds the isolate --------------------------------
+double CallJs(int op, double a, double b, double c, std::string* err) {
+  HandleScope hs(g_isolate);
+  Local<Context> ctx = g_setup->context();
+  Context::Scope cs(ctx);
+  TryCatch tc(g_isolate);
+  Local<Value> argv[4] = {Number::New(g_isolate, op), Number::New(g_isolate, a), Number::New(g_isolate, b),
+                          Number::New(g_isolate, c)};
+  Local<Value> r;
+  if (!g_call->Get(g_isolate)->Call(ctx, v8::Undefined(g_isolate), 4, argv).ToLocal(&r) || !r->IsNumber()) {
+    *err = "gmlake allocator: " + Describe(g_isolate, tc);
+    return kStatusError;
+  }
+  double v = r.As<Number>()->Value();
+  if (v < 0) {
+    // The bridge's message for this failure, fetched while the isolate is still held (so
+    // another thread's failure cannot replace it).
+    Local<Value> targv[2] = {Number::New(g_isolate, kTextLastError), String::Empty(g_isolate)};
+    Local<Value> m;
+    if (g_text->Get(g_isolate)->Call(ctx, v8::Undefined(g_isolate), 2, targv).ToLocal(&m) && m->IsString()) {
+      String::Utf8Value s(g_isolate, m);
+      *err = *s ? *s : "";
+    }
+  }
+  return v;
+}
+
+char* TextJs(int op, const std::string& arg) {
+  HandleScope hs(g_isolate);
+  Local<Context> ctx = g_setup->context();
+  Context::Scope cs(ctx);
+  TryCatch tc(g_isolate);
+  Local<Value> argv[2] = {Number::New(g_isolate, op), String::NewFromUtf8(g_isolate, arg.c_str()).ToLocalChecked()};
+  Local<Value> r;
+  std::string out;
+  if (!g_text->Get(g_isolate)->Call(ctx, v8::Undefined(g_isolate), 2, argv).ToLocal(&r) || !r->IsString()) {
+    out = "gmlake allocator: " + Describe(g_isolate, tc);
+  } else {
+    String::Utf8Value s(g_isolate, r);
+    out = *s ? *s : "";
+  }
+  return strdup(out.c_str());
+}
+
+// ---- the JS-thread design: a one-slot mailbox, spin then futex --------------------------
+long Futex(std::atomic<uint32_t>* addr, int op, uint32_t val) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op | FUTEX_PRIVATE_FLAG, val, nullptr, nullptr, 0);
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+double NowUs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+struct Mailbox {
+  std::mutex submit;                  // one request in flight
+  std::atomic<uint32_t> posted{0};    // bumped by the caller
+  std::atomic<uint32_t> done{0};      // set to `posted` by the JS thread
+  std::atomic<uint32_t> jsSleeping{0};
+  std::atomic<uint32_t> callerSleeping{0};
+  // the request
+  bool isText = false;
+  int op = 0;
+  double a = 0, b = 0, c = 0;
+  std::string textArg;
+  // the answer
+  double result = 0;
+  char* textOut = nullptr;
+  std::string error;
+};
+Mailbox g_box;
+double g_spinUs = 50;  // GMLAKE_SPIN_US: how long either side spins before it sleeps
+
+void JsThreadMain(std::string boot, std::string config, std::mutex* m, std::condition_variable* cv, bool* ready,
+                  std::string* startErr) {
+  std::string err;
+  bool ok = StartNode(boot, config, &err);
+  {
+    std::lock_guard<std::mutex> lock(*m);
+    *startErr = err;
+    *ready = true;
+  }
+  cv->notify_all();
+  if (!ok) return;
+  // The JS thread holds the isolate for good.
+  Locker locker(g_isolate);
+  Isolate::Scope isolateScope(g_isolate);
+  uint32_t seen = 0;
+  for (;;) {
+    uint32_t p = g_box.posted.load(std::memory_order_acquire);
+    if (p == seen) {
+      double t0 = NowUs();
+      while ((p = g_box.posted.load(std::memory_order_acquire)) == seen && NowUs() - t0 < g_spinUs) CpuRelax();
+      if (p == seen) {
+        g_box.jsSleeping.store(1, std::memory_order_seq_cst);
+        while ((p = g_box.posted.load(std::memory_order_seq_cst)) == seen) Futex(&g_box.posted, FUTEX_WAIT, seen);
+        g_box.jsSleeping.store(0, std::memory_order_relaxed);
+      }
+    }
+    seen = p;
+    g_box.error.clear();
+    if (g_box.isText) {
+      g_box.textOut = TextJs(g_box.op, g_box.textArg);
+    } else {
+      g_box.result = CallJs(g_box.op, g_box.a, g_box.b, g_box.c, &g_box.error);
+    }
+    g_box.done.store(seen, std::memory_order_seq_cst);
+    if (g_box.callerSleeping.load(std::memory_order_seq_cst)) Futex(&g_box.done, FUTEX_WAKE, 1);
+  }
+}
+
+// Posts the request held in g_box (submit mutex held) and waits for its answer.
+void PostAndWait() {
+  uint32_t n = g_box.posted.load(std::memory_order_relaxed) + 1;
+  g_box.posted.store(n, std::memory_order_seq_cst);
+  if (g_box.jsSleeping.load(std::memory_order_seq_cst)) Futex(&g_box.posted, FUTEX_WAKE, 1);
+  double t0 = NowUs();
+  while (g_box.done.load(std::memory_order_acquire) != n) {
+    if (NowUs() - t0 < g_spinUs) {
+      CpuRelax();
+      continue;
+    }
+    g_box.callerSleeping.store(1, std::memory_order_seq_cst);
+    while (g_box.done.load(std::memory_order_seq_cst) != n) Futex(&g_box.done, FUTEX_WAIT, n - 1);
+    g_box.callerSleeping.store(0, std::memory_order_relaxed);
+  }
+}
+
+std::mutex g_startMutex;
+
+}  // namespace
+
+extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int threading, char* err, size_t errlen) {
+  std::lock_guard<std::mutex> lock(g_startMutex);
+  auto fail = [&](const std::string& m) {
+    g_startError = m;
+    std::snprintf(err, errlen, "%s", m.c_str());
+    return -1;
+  };
+  if (g_started) return 0;
+  if (!g_startError.empty()) return fail(g_startError);
+  if (const char* s = std::getenv("GMLAKE_SPIN_US")) g_spinUs = std::atof(s);
+  g_threading = threading;
+  std::string startErr;
+  if (threading == kThreadingThread) {
+    std::mutex m;
+    std::condition_variable cv;
+    bool ready = false;
+    std::thread(JsThreadMain, std::string(boot), std::string(config_json), &m, &cv, &ready, &startErr).detach();
+    std::unique_lock<std::mutex> wait(m);
+    cv.wait(wait, [&] { return ready; });
+    if (!startErr.empty()) return fail(startErr);
+  } else {
+    if (!StartNode(boot, config_json, &startErr)) return fail(startErr);
+  }
+  g_started = true;
+  return 0;
+}
+
+extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
+  if (!g_started) {
+    t_lastError = "gmlake allocator: not started";
+    return kStatusNotStarted;
+  }
+  if (g_threading == kThreadingThread) {
+    std::lock_guard<std::mutex> lock(g_box.submit);
+    g_box.isText = false;
+    g_box.op = op;
+    g_box.a = a;
+    g_box.b = b;
+    g_box.c = c;
+    PostAndWait();
+    if (g_box.result < 0) t_lastError = g_box.error;
+    return g_box.result;
+  }
+  Locker locker(g_isolate);
+  Isolate::Scope isolateScope(g_isolate);
+  std::string err;
+  double r = CallJs(op, a, b, c, &err);
+  if (r < 0) t_lastError = err;
+  return r;
+}
+
+extern "C" char* gmlake_embed_text(int op, const char* arg) {
+  if (op == kTextLastError) return strdup(t_lastError.c_str());
+  if (!g_started) return strdup("gmlake allocator: not started");
+  std::string a = arg != nullptr ? arg : "";
+  if (g_threading == kThreadingThread) {
+    std::lock_guard<std::mutex> lock(g_box.submit);
+    g_box.isText = true;
+    g_box.op = op;
+    g_box.textArg = a;
+    PostAndWait();
+    return g_box.textOut;
+  }
+  Locker locker(g_isolate);
+  Isolate::Scope isolateScope(g_isolate);
+  return TextJs(op, a);
+}

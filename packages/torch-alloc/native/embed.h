@@ -1,0 +1,51 @@
+// The C ABI between the allocator entry points (torch_alloc.cc, loaded by PyTorch, which
+// links nothing of Node) and the Node embedding (embed.cc, libgmlake_embed.so, which links
+// Debian's libnode.so.108). torch_alloc.cc dlopens the embedding on gmlake_start(), so a
+// missing or broken libnode is an error message, never a failed load of the allocator.
+#pragma once
+
+#include <cstddef>
+
+extern "C" {
+
+// The hot-path operations, all numbers (addresses, sizes and CUstream values are < 2^53).
+enum GmlakeOp {
+  kOpAlloc = 1,         // (size, device, stream) -> address, or a negative status
+  kOpFree = 2,          // (address, size, stream) -> 0, or a negative status
+  kOpRecordStream = 3,  // (address, stream) -> 0, or a negative status
+  kOpEmptyCache = 4,    // () -> 0, or a negative status
+  kOpPing = 5,          // (a) -> a: the bare round trip, for the threading benchmark
+};
+
+// Statuses below 0 returned by the operations.
+enum GmlakeStatus {
+  kStatusOom = -1,        // out of memory after the caches were freed and the request retried
+  kStatusError = -2,      // a JS error; gmlake_embed_text(kTextLastError) says which
+  kStatusNotStarted = -3, // gmlake_embed_start() did not succeed
+};
+
+// Text operations: the result is malloc'ed (free it with free()).
+enum GmlakeTextOp {
+  kTextStats = 1,      // (unused) -> the engine's statistics, JSON
+  kTextSnapshot = 2,   // (path) -> "" or an error message; writes a memory-viz pickle
+  kTextLastError = 3,  // (unused) -> the last error of this thread's design (OOM report or JS error)
+  kTextClose = 4,      // (unused) -> "" or an error: frees every block, tears the policy down, checks leaks
+};
+
+// How callers reach the one V8 isolate.
+enum GmlakeThreading {
+  kThreadingLocker = 0,  // the calling thread takes a v8::Locker for each call
+  kThreadingThread = 1,  // one JS thread; callers hand requests over (spin, then futex)
+};
+
+// Starts Node once (flags: no signal handlers, no stdio setup, no inspector), loads
+// `boot` (a CommonJS file: module.exports = async (configJson) => ({ call, text })) and
+// waits for it. Returns 0, or -1 with a message in err.
+typedef int (*gmlake_embed_start_fn)(const char* boot, const char* config_json, int threading, char* err, size_t errlen);
+typedef double (*gmlake_embed_call_fn)(int op, double a, double b, double c);
+typedef char* (*gmlake_embed_text_fn)(int op, const char* arg);
+
+int gmlake_embed_start(const char* boot, const char* config_json, int threading, char* err, size_t errlen);
+double gmlake_embed_call(int op, double a, double b, double c);
+char* gmlake_embed_text(int op, const char* arg);
+}

@@ -1,0 +1,281 @@
+// PyTorch's pluggable-allocator entry points (libgmlake_torch_alloc.so):
+//   torch.cuda.memory.CUDAPluggableAllocator(path, "gmlake_alloc", "gmlake_free")
+// plus the empty_cache and record_stream hooks and the calls the Python module makes.
+//
+// This library links nothing of Node: gmlake_start() dlopens libgmlake_embed.so (which
+// links Debian's libnode.so.108 from build/libnode) and reports any failure as a message,
+// so a missing or broken libnode is a Python exception, never a crash or a failed load.
+//
+// Failures the caller cannot be handed as a value become C++ exceptions, which PyTorch
+// turns into Python exceptions: out of memory (torch.cuda.OutOfMemoryError through the
+// thrower the Python module registers, else a RuntimeError that starts "CUDA out of
+// memory"), an allocation during CUDA-graph capture. Never a null pointer.
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "embed.h"
+
+#define GMLAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+gmlake_embed_call_fn g_call = nullptr;
+gmlake_embed_text_fn g_text = nullptr;
+std::mutex g_startMutex;
+std::string g_startError;
+thread_local std::string t_error;
+
+// OOM: a function that throws torch.cuda.OutOfMemoryError's C++ type (c10::OutOfMemoryError),
+// registered by the Python module when its shim is built (python/gmlake_torch/oom_shim.cc).
+using OomThrower = void (*)(const char* message);
+OomThrower g_oomThrower = nullptr;
+
+// CUDA-graph capture: cuStreamIsCapturing from the libcuda PyTorch loaded (cuda driver only).
+using IsCapturingFn = int (*)(void* stream, int* status);
+IsCapturingFn g_isCapturing = nullptr;
+constexpr int kCaptureStatusNone = 0;
+
+struct DeferredFree {
+  void* ptr;
+  size_t size;
+  int device;
+  void* stream;
+};
+std::mutex g_deferredMutex;
+std::vector<DeferredFree> g_deferred;  // frees that arrived during capture
+
+enum : int { kStatusCapture = -4 };
+// The fd through which the patched libnode reads its builtin JS files (scripts/fetch-libnode.sh).
+constexpr int kBuiltinFd = 987;
+
+std::string Dir(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// The folder this library was loaded from (build/lib in the package).
+std::string SelfDir() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&SelfDir), &info) == 0 || info.dli_fname == nullptr) return ".";
+  char* real = realpath(info.dli_fname, nullptr);
+  std::string p = real != nullptr ? real : info.dli_fname;
+  std::free(real);
+  return Dir(p);
+}
+
+// Whether `stream` is capturing a CUDA graph (any answer but "no" counts as capturing:
+// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT on the legacy stream during a global capture too).
+bool Capturing(void* stream) {
+  if (g_isCapturing == nullptr) return false;
+  int status = kCaptureStatusNone;
+  int r = g_isCapturing(stream, &status);
+  return r != 0 || status != kCaptureStatusNone;
+}
+
+void LoadCaptureCheck() {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (cuda == nullptr) cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (cuda != nullptr) g_isCapturing = reinterpret_cast<IsCapturingFn>(dlsym(cuda, "cuStreamIsCapturing"));
+}
+
+void FreeNow(void* ptr, size_t size, void* stream) {
+  double r = g_call(kOpFree, static_cast<double>(reinterpret_cast<uintptr_t>(ptr)), static_cast<double>(size),
+                    static_cast<double>(reinterpret_cast<uintptr_t>(stream)));
+  if (r < 0) {
+    // free cannot fail towards PyTorch; say so loudly and go on (the block stays the engine's).
+    char* msg = g_text(kTextLastError, "");
+    std::fprintf(stderr, "gmlake: free(%p, %zu) failed: %s\n", ptr, size, msg != nullptr ? msg : "");
+    std::free(msg);
+  }
+}
+
+void FlushDeferred() {
+  std::vector<DeferredFree> ready;
+  {
+    std::lock_guard<std::mutex> lock(g_deferredMutex);
+    if (g_deferred.empty()) return;
+    std::vector<DeferredFree> keep;
+    for (const DeferredFree& f : g_deferred) (Capturing(f.stream) ? keep : ready).push_back(f);
+    g_deferred.swap(keep);
+  }
+  for (const DeferredFree& f : ready) FreeNow(f.ptr, f.size, f.stream);
+}
+
+}  // namespace
+
+/**
+ * Starts the engine: config_json is what the bridge takes (policy, knobs, driver, ...),
+ * threading 0 = a Locker per call, 1 = one JS thread. Returns 0, or -1 with
+ * gmlake_last_error() saying why. A second call after success is a no-op; after a failure
+ * it fails again with the same message (Node cannot be started twice in a process).
+ */
+GMLAKE_EXPORT int gmlake_start(const char* config_json, int threading) {
+  std::lock_guard<std::mutex> lock(g_startMutex);
+  if (g_call != nullptr) return 0;
+  if (!g_startError.empty()) {
+    t_error = g_startError;
+    return -1;
+  }
+  auto fail = [&](const std::string& m) {
+    g_startError = m;
+    t_error = m;
+    return -1;
+  };
+  std::string dir = SelfDir();
+  std::string pkg = Dir(Dir(dir));  // <pkg>/build/lib -> <pkg>
+  const char* libnodeEnv = std::getenv("GMLAKE_LIBNODE_DIR");
+  std::string libnodeDir = libnodeEnv != nullptr ? libnodeEnv : pkg + "/build/libnode/usr/lib/x86_64-linux-gnu";
+  if (!Exists(libnodeDir + "/libnode.so.108")) {
+    return fail("gmlake: libnode.so.108 not found in " + libnodeDir +
+                " (run `pnpm --filter @gmlake/torch-alloc build`, which fetches Debian's libnode108, or set GMLAKE_LIBNODE_DIR)");
+  }
+  // libnode reads these builtin files when it creates its context and aborts the process
+  // without them. scripts/fetch-libnode.sh patched its /usr/share/nodejs/ to
+  // /proc/self/fd/987/: that fd is the unpacked share/nodejs folder, kept open.
+  std::string builtinDir = Dir(Dir(libnodeDir)) + "/share/nodejs";
+  const char* builtins[] = {"cjs-module-lexer/lexer.js", "cjs-module-lexer/dist/lexer.js", "undici/undici-fetch.js",
+                            "acorn/dist/acorn.js", "acorn-walk/dist/walk.js"};
+  for (const char* b : builtins) {
+    if (!Exists(builtinDir + "/" + b)) {
+      return fail("gmlake: " + builtinDir + "/" + b + " is missing; libnode aborts without it (rerun scripts/fetch-libnode.sh --force)");
+    }
+  }
+  if (fcntl(kBuiltinFd, F_GETFD) == -1) {
+    int fd = open(builtinDir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || dup3(fd, kBuiltinFd, O_CLOEXEC) < 0) {
+      if (fd >= 0) close(fd);
+      return fail("gmlake: cannot open " + builtinDir + " as fd " + std::to_string(kBuiltinFd) + ": " + std::strerror(errno));
+    }
+    close(fd);
+  } else {
+    char link[64], target[4096];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", kBuiltinFd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    char* real = realpath(builtinDir.c_str(), nullptr);
+    bool ours = n > 0 && real != nullptr && std::string(target, n) == real;
+    std::free(real);
+    if (!ours) return fail("gmlake: fd " + std::to_string(kBuiltinFd) + " is taken by the process; libnode's builtin files are read through it");
+  }
+  std::string embedPath = dir + "/libgmlake_embed.so";
+  // libnode goes to global scope: the vmm addon's napi_* symbols resolve against it.
+  void* embed = dlopen(embedPath.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (embed == nullptr) {
+    const char* e = dlerror();
+    return fail(std::string("gmlake: cannot load ") + embedPath + ": " + (e != nullptr ? e : "unknown error"));
+  }
+  dlopen("libnode.so.108", RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+  auto start = reinterpret_cast<gmlake_embed_start_fn>(dlsym(embed, "gmlake_embed_start"));
+  auto call = reinterpret_cast<gmlake_embed_call_fn>(dlsym(embed, "gmlake_embed_call"));
+  auto text = reinterpret_cast<gmlake_embed_text_fn>(dlsym(embed, "gmlake_embed_text"));
+  if (start == nullptr || call == nullptr || text == nullptr) return fail("gmlake: " + embedPath + " lacks its entry points");
+  std::string boot = pkg + "/native/boot.cjs";
+  char err[4096] = {0};
+  if (start(boot.c_str(), config_json, threading, err, sizeof err) != 0) return fail(std::string("gmlake: ") + err);
+  if (std::strstr(config_json, "\"driver\":\"cuda\"") != nullptr) LoadCaptureCheck();
+  g_text = text;
+  g_call = call;
+  return 0;
+}
+
+/** The last error of the calling thread (start, an OOM report, a refused call). */
+GMLAKE_EXPORT const char* gmlake_last_error(void) { return t_error.c_str(); }
+
+/**
+ * The allocation without exceptions: 0 and *out set, or a status < 0 (-1 out of memory,
+ * -2 error, -3 not started, -4 CUDA-graph capture) with gmlake_last_error() saying why.
+ */
+GMLAKE_EXPORT int gmlake_try_alloc(size_t size, int device, void* stream, void** out) {
+  *out = nullptr;
+  if (g_call == nullptr) {
+    t_error = "gmlake: the allocator is not started (call gmlake_torch.enable() before the first CUDA tensor)";
+    return kStatusNotStarted;
+  }
+  if (Capturing(stream)) {
+    t_error = "gmlake: an allocation of " + std::to_string(size) +
+              " bytes during CUDA-graph capture: the stitching allocator makes no driver call during capture; "
+              "capture with PyTorch's own allocator";
+    return kStatusCapture;
+  }
+  FlushDeferred();
+  double r = g_call(kOpAlloc, static_cast<double>(size), device, static_cast<double>(reinterpret_cast<uintptr_t>(stream)));
+  if (r < 0) {
+    char* msg = g_text(kTextLastError, "");
+    t_error = msg != nullptr ? msg : "";
+    std::free(msg);
+    return static_cast<int>(r);
+  }
+  *out = reinterpret_cast<void*>(static_cast<uintptr_t>(r));
+  return 0;
+}
+
+/** PyTorch's alloc(size, device, stream). Throws on failure; never returns null. */
+GMLAKE_EXPORT void* gmlake_alloc(size_t size, int device, void* stream) {
+  void* p = nullptr;
+  int status = gmlake_try_alloc(size, device, stream, &p);
+  if (status == 0) return p;
+  if (status == kStatusOom && g_oomThrower != nullptr) g_oomThrower(t_error.c_str());  // throws
+  throw std::runtime_error(t_error);
+}
+
+/** PyTorch's free(ptr, size, device, stream): stream = the one the block was allocated on. */
+GMLAKE_EXPORT void gmlake_free(void* ptr, size_t size, int device, void* stream) {
+  if (g_call == nullptr) return;
+  if (Capturing(stream)) {
+    std::lock_guard<std::mutex> lock(g_deferredMutex);
+    g_deferred.push_back({ptr, size, device, stream});
+    return;
+  }
+  FlushDeferred();
+  FreeNow(ptr, size, stream);
+}
+
+/** set_reset_fn: torch.cuda.empty_cache(). */
+GMLAKE_EXPORT void gmlake_empty_cache(void) {
+  if (g_call == nullptr) return;
+  FlushDeferred();
+  if (g_call(kOpEmptyCache, 0, 0, 0) < 0) {
+    char* msg = g_text(kTextLastError, "");
+    std::fprintf(stderr, "gmlake: empty_cache failed: %s\n", msg != nullptr ? msg : "");
+    std::free(msg);
+  }
+}
+
+/** set_record_stream_fn: tensor.record_stream(stream): the block is in use on `stream` too. */
+GMLAKE_EXPORT void gmlake_record_stream(void* ptr, void* stream) {
+  if (g_call == nullptr) return;
+  if (g_call(kOpRecordStream, static_cast<double>(reinterpret_cast<uintptr_t>(ptr)),
+             static_cast<double>(reinterpret_cast<uintptr_t>(stream)), 0) < 0) {
+    char* msg = g_text(kTextLastError, "");
+    std::fprintf(stderr, "gmlake: record_stream(%p) failed: %s\n", ptr, msg != nullptr ? msg : "");
+    std::free(msg);
+  }
+}
+
+/** Text operations (embed.h GmlakeTextOp): statistics JSON, snapshot(path), close. Free with gmlake_text_free. */
+GMLAKE_EXPORT char* gmlake_text(int op, const char* arg) {
+  if (g_text == nullptr) return strdup("gmlake: the allocator is not started");
+  return g_text(op, arg);
+}
+
+GMLAKE_EXPORT void gmlake_text_free(char* s) { std::free(s); }
+
+/** The bare round trip into JS and back (the threading benchmark's unit). */
+GMLAKE_EXPORT double gmlake_ping(double x) { return g_call != nullptr ? g_call(kOpPing, x, 0, 0) : kStatusNotStarted; }
+
+GMLAKE_EXPORT void gmlake_set_oom_thrower(OomThrower fn) { g_oomThrower = fn; }

@@ -1,0 +1,231 @@
+"""The stitching engine as PyTorch's CUDA allocator, in PyTorch's own process.
+
+    import gmlake_torch
+    gmlake_torch.enable("vms")            # before the first CUDA tensor
+    ...train...
+    print(gmlake_torch.stats()["reserved_bytes.all.peak"])
+    gmlake_torch.snapshot("live.pickle")  # gmlake inspect / compare read it
+
+Every alloc and free of PyTorch goes synchronously to @gmlake/stitch running in Node,
+which libgmlake_torch_alloc.so embeds (Debian's libnode, Node 18.20). Settings come from
+the call, else from the environment: GMLAKE_POLICY, GMLAKE_KNOBS ("k=v,k=v" or JSON),
+GMLAKE_DRIVER (cuda | host | sim), GMLAKE_THREADING (locker | thread),
+GMLAKE_POLICY_MODULE, GMLAKE_TORCH_ALLOC_LIB (the library's path).
+"""
+import ctypes
+import json
+import os
+import subprocess
+
+__all__ = ["enable", "start", "stats", "snapshot", "empty_cache", "close", "GmlakeError", "library_path", "build_oom_shim"]
+
+_PKG = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+_THREADING = {"locker": 0, "thread": 1}
+_TEXT_STATS, _TEXT_SNAPSHOT, _TEXT_CLOSE = 1, 2, 4
+
+
+class GmlakeError(RuntimeError):
+    """The allocator could not start or a call failed (the message says why)."""
+
+
+def library_path():
+    """libgmlake_torch_alloc.so: $GMLAKE_TORCH_ALLOC_LIB, else the package's build/lib."""
+    return os.environ.get("GMLAKE_TORCH_ALLOC_LIB") or os.path.join(_PKG, "build", "lib", "libgmlake_torch_alloc.so")
+
+
+class _Native:
+    """The library through ctypes (argument and result types declared once)."""
+
+    def __init__(self, path):
+        if not os.path.exists(path):
+            raise GmlakeError(f"gmlake: {path} does not exist (run `pnpm --filter @gmlake/torch-alloc build`)")
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise GmlakeError(f"gmlake: cannot load {path}: {e}") from None
+        self.path = path
+        self.lib = lib
+        lib.gmlake_start.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        lib.gmlake_start.restype = ctypes.c_int
+        lib.gmlake_last_error.restype = ctypes.c_char_p
+        lib.gmlake_try_alloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+        lib.gmlake_try_alloc.restype = ctypes.c_int
+        lib.gmlake_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        lib.gmlake_free.restype = None
+        lib.gmlake_record_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.gmlake_record_stream.restype = None
+        lib.gmlake_empty_cache.restype = None
+        lib.gmlake_text.argtypes = [ctypes.c_int, ctypes.c_char_p]
+        lib.gmlake_text.restype = ctypes.c_void_p
+        lib.gmlake_text_free.argtypes = [ctypes.c_void_p]
+        lib.gmlake_ping.argtypes = [ctypes.c_double]
+        lib.gmlake_ping.restype = ctypes.c_double
+        lib.gmlake_set_oom_thrower.argtypes = [ctypes.c_void_p]
+
+    def error(self):
+        return (self.lib.gmlake_last_error() or b"").decode("utf-8", "replace")
+
+    def start(self, config, threading):
+        if self.lib.gmlake_start(json.dumps(config, separators=(",", ":")).encode(), _THREADING[threading]) != 0:
+            raise GmlakeError(self.error())
+
+    def text(self, op, arg=""):
+        p = self.lib.gmlake_text(op, arg.encode())
+        try:
+            return ctypes.string_at(p).decode("utf-8", "replace")
+        finally:
+            self.lib.gmlake_text_free(p)
+
+    def try_alloc(self, size, stream=0, device=0):
+        """(status, address): status 0, or -1 out of memory, -2 error, -3 not started, -4 graph capture."""
+        out = ctypes.c_void_p()
+        st = self.lib.gmlake_try_alloc(size, device, stream, ctypes.byref(out))
+        return st, (out.value or 0)
+
+    def free(self, address, size, stream=0, device=0):
+        self.lib.gmlake_free(address, size, device, stream)
+
+    def record_stream(self, address, stream):
+        self.lib.gmlake_record_stream(address, stream)
+
+    def empty_cache(self):
+        self.lib.gmlake_empty_cache()
+
+
+_native = None
+_torch_allocator = None
+
+
+def _knobs_from_env():
+    text = os.environ.get("GMLAKE_KNOBS", "").strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        return json.loads(text)
+    out = {}
+    for part in text.split(","):
+        if part.strip():
+            k, eq, v = part.partition("=")
+            if not eq:
+                raise GmlakeError(f"gmlake: GMLAKE_KNOBS: expected name=value, got {part!r}")
+            out[k.strip()] = v.strip()
+    return out
+
+
+def start(policy=None, *, driver=None, threading=None, policy_module=None, record=True, device=0,
+          capacity_bytes=None, check_invariants=False, **knobs):
+    """Starts the engine in this process without touching PyTorch (enable() uses it; so do
+    tests that stand in for PyTorch). Returns the native handle. Raises GmlakeError."""
+    global _native
+    threading = threading or os.environ.get("GMLAKE_THREADING", "locker")
+    if threading not in _THREADING:
+        raise GmlakeError(f"gmlake: threading must be one of {', '.join(_THREADING)}, not {threading!r}")
+    config = {
+        "policy": policy or os.environ.get("GMLAKE_POLICY", "vms"),
+        "driver": driver or os.environ.get("GMLAKE_DRIVER", "cuda"),
+        "knobs": {**_knobs_from_env(), **knobs},
+        "device": device,
+        "record": bool(record),
+        "checkInvariants": check_invariants,
+    }
+    module = policy_module or os.environ.get("GMLAKE_POLICY_MODULE")
+    if module:
+        config["policyModule"] = os.path.abspath(module)
+    if capacity_bytes is not None:
+        config["capacityBytes"] = int(capacity_bytes)
+    if _native is None:
+        _native = _Native(library_path())
+    _native.start(config, threading)
+    return _native
+
+
+def _oom_shim_path():
+    return os.path.join(os.path.dirname(library_path()), "libgmlake_oom.so")
+
+
+def build_oom_shim(verbose=False):
+    """Builds libgmlake_oom.so against this PyTorch (its headers and libc10), so that out of
+    memory raises torch.cuda.OutOfMemoryError. Needs g++; returns the path."""
+    import torch
+    from torch.utils import cpp_extension
+
+    out = _oom_shim_path()
+    src = os.path.join(os.path.dirname(__file__), "oom_shim.cc")
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cmd = ["g++", "-O2", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
+    libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    cmd += [src, "-o", out, f"-L{libdir}", "-lc10", f"-Wl,-rpath,{libdir}"]
+    r = subprocess.run(cmd, capture_output=not verbose, text=True)
+    if r.returncode != 0:
+        raise GmlakeError(f"gmlake: building {out} failed: {r.stderr.strip()[-2000:]}")
+    return out
+
+
+def enable(policy=None, *, driver=None, threading=None, policy_module=None, record=True, oom_shim=True, **knobs):
+    """Makes the engine PyTorch's CUDA allocator (call it before the first CUDA tensor).
+
+    policy: a built-in (caching, expandable, gmlake, vms) or one registered by policy_module;
+    knobs: the policy's options (numbers, booleans, strings; text takes the knob's type).
+    Out of memory raises torch.cuda.OutOfMemoryError when libgmlake_oom.so is there
+    (build_oom_shim()), else a RuntimeError starting "CUDA out of memory"."""
+    global _torch_allocator
+    import torch
+
+    if _torch_allocator is not None:
+        return
+    device = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    native = start(policy, driver=driver, threading=threading, policy_module=policy_module, record=record,
+                   device=device, **knobs)
+    if oom_shim and os.path.exists(_oom_shim_path()):
+        shim = ctypes.CDLL(_oom_shim_path())
+        native.lib.gmlake_set_oom_thrower(ctypes.cast(shim.gmlake_throw_oom, ctypes.c_void_p).value)
+        native.oom_shim = shim  # kept alive
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(native.path, "gmlake_alloc", "gmlake_free")
+    handle = alloc.allocator()
+    addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    if hasattr(handle, "set_reset_fn"):
+        handle.set_reset_fn(addr(native.lib.gmlake_empty_cache))
+    if hasattr(handle, "set_record_stream_fn"):
+        handle.set_record_stream_fn(addr(native.lib.gmlake_record_stream))
+    torch.cuda.memory.change_current_allocator(alloc)
+    _torch_allocator = alloc
+
+
+def _require():
+    if _native is None:
+        raise GmlakeError("gmlake: not enabled (call gmlake_torch.enable() first)")
+    return _native
+
+
+def stats():
+    """The engine's statistics under torch.cuda.memory_stats()'s names (allocated_bytes.all.current,
+    reserved_bytes.all.peak, num_alloc_retries, num_ooms, ...) plus its own (driver calls and time)."""
+    text = _require().text(_TEXT_STATS)
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise GmlakeError(text) from None
+
+
+def snapshot(path):
+    """Writes the engine's history as a PyTorch memory-viz pickle (gzip if path ends in .gz)."""
+    err = _require().text(_TEXT_SNAPSHOT, os.path.abspath(path))
+    if err:
+        raise GmlakeError(err)
+
+
+def empty_cache():
+    """Frees what the policy caches (torch.cuda.empty_cache() does the same through the hook)."""
+    _require().empty_cache()
+
+
+def close():
+    """Frees every block still held, tears the policy down and reports what the driver still holds
+    (for tests and tools that stand in for PyTorch: a PyTorch process just exits)."""
+    text = _require().text(_TEXT_CLOSE)
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise GmlakeError(text) from None
+

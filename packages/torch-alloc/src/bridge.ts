@@ -1,0 +1,131 @@
+/**
+ * What the embedded Node calls (native/embed.cc through native/boot.cjs): createBridge
+ * loads the policy module if any, starts a LiveAllocator and returns two functions,
+ * `call(op, a, b, c)` for the hot path (numbers in, a number out: an address, 0, or a
+ * status < 0 with the message kept for `text(TEXT_LAST_ERROR)`) and `text(op, arg)` for
+ * statistics, snapshots and close. Ops and statuses are native/embed.h's.
+ */
+import { renameSync, writeFileSync } from "node:fs";
+import { isAbsolute, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+
+import { getPolicy, registerPolicy, type Policy } from "@gmlake/stitch";
+
+import { LiveAllocator, type LiveConfig } from "./live-allocator.js";
+
+export const OP_ALLOC = 1;
+export const OP_FREE = 2;
+export const OP_RECORD_STREAM = 3;
+export const OP_EMPTY_CACHE = 4;
+export const OP_PING = 5;
+export const STATUS_OOM = -1;
+export const STATUS_ERROR = -2;
+export const TEXT_STATS = 1;
+export const TEXT_SNAPSHOT = 2;
+export const TEXT_LAST_ERROR = 3;
+export const TEXT_CLOSE = 4;
+
+export interface BridgeConfig extends LiveConfig {
+  /** A module that registers a policy (registerPolicy at import) or exports one (default or `policy`). */
+  readonly policyModule?: string;
+}
+
+export interface Bridge {
+  call(op: number, a: number, b: number, c: number): number;
+  text(op: number, arg: string): string;
+  readonly live: LiveAllocator;
+}
+
+function isPolicy(p: unknown): p is Policy {
+  return typeof p === "object" && p !== null && typeof (p as Policy).name === "string" && typeof (p as Policy).create === "function";
+}
+
+/** Imports `spec` (a path, relative to the working directory, or a URL) and registers the policy it exports. */
+export async function loadPolicyModule(spec: string): Promise<string[]> {
+  const url = /^[a-z]+:/i.test(spec) ? spec : pathToFileURL(isAbsolute(spec) ? spec : resolve(spec)).href;
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(url)) as Record<string, unknown>;
+  } catch (e) {
+    throw new Error(`cannot load the policy module ${spec}: ${(e as Error).message}`);
+  }
+  const names: string[] = [];
+  for (const p of [mod.default, mod.policy]) {
+    if (isPolicy(p) && !names.includes(p.name)) {
+      // The module may have registered it in its own copy of @gmlake/stitch: ours needs it too.
+      registerPolicy(p, { replace: true });
+      names.push(p.name);
+    }
+  }
+  return names;
+}
+
+export async function createBridge(config: BridgeConfig): Promise<Bridge> {
+  if (config.policyModule) {
+    const names = await loadPolicyModule(config.policyModule);
+    try {
+      getPolicy(config.policy);
+    } catch {
+      throw new Error(
+        `the policy module ${config.policyModule} did not register a policy named ${config.policy}` +
+          (names.length > 0 ? ` (it exports ${names.join(", ")})` : ""),
+      );
+    }
+  }
+  const live = new LiveAllocator(config);
+  const device = config.device ?? 0;
+  const fail = (e: unknown): number => {
+    live.lastError = e instanceof Error ? e.message : String(e);
+    return STATUS_ERROR;
+  };
+  return {
+    live,
+    call(op, a, b, c) {
+      try {
+        switch (op) {
+          case OP_ALLOC:
+            if (b !== device) return fail(new Error(`an allocation on device ${b}: this allocator serves device ${device}`));
+            return live.alloc(a, c);
+          case OP_FREE:
+            live.free(a);
+            return 0;
+          case OP_RECORD_STREAM:
+            live.recordStream(a, b);
+            return 0;
+          case OP_EMPTY_CACHE:
+            live.emptyCache();
+            return 0;
+          case OP_PING:
+            return a;
+          default:
+            return fail(new Error(`unknown operation ${op}`));
+        }
+      } catch (e) {
+        return fail(e);
+      }
+    },
+    text(op, arg) {
+      try {
+        switch (op) {
+          case TEXT_STATS:
+            return JSON.stringify(live.stats());
+          case TEXT_SNAPSHOT: {
+            // Written next to the target, then renamed: never a half-written snapshot.
+            const tmp = `${arg}.tmp-${process.pid}`;
+            writeFileSync(tmp, live.snapshotBytes(arg));
+            renameSync(tmp, arg);
+            return "";
+          }
+          case TEXT_LAST_ERROR:
+            return live.lastError;
+          case TEXT_CLOSE:
+            return JSON.stringify(live.close());
+          default:
+            return `unknown text operation ${op}`;
+        }
+      } catch (e) {
+        return `gmlake: ${e instanceof Error ? e.message : String(e)}`;
+      }
+    },
+  };
+}

@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""The allocator library driven as PyTorch drives it, without PyTorch or a GPU.
+
+python3 + ctypes load libgmlake_torch_alloc.so (as CUDAPluggableAllocator does) and start
+it on the host driver (memfd + mmap: the addresses it returns are real memory of this
+process). Each case runs in a subprocess of its own (Node starts once per process, and a
+crash is then a failed case, not a lost run):
+
+  stress:<policy>:<threading>  3 threads on 2 streams, random alloc/free at a high rate,
+                               record_stream and empty_cache among them; every block is
+                               pattern-filled at alloc and verified at free, no two live
+                               blocks overlap; at close nothing is left (handles, mappings,
+                               reservations, events); the host's signal handlers unchanged
+  oom                          out of memory is a status with PyTorch's message, and the
+                               allocator goes on working
+  bad-module, no-libnode, bad-policy, bad-knob
+                               a failing start is a clear error, twice, never a crash
+
+usage: python3 test/harness.py [CASE...]       (no CASE: all of them)
+"""
+import bisect
+import ctypes
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+import gmlake_torch  # noqa: E402
+
+MiB = 1 << 20
+STREAMS = (0, 0x5000)  # the legacy default stream and one more, as raw CUstream values
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGSEGV, signal.SIGUSR1, signal.SIGPIPE, signal.SIGCHLD)
+
+
+class SigAction(ctypes.Structure):
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+
+
+def signal_handlers():
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = {}
+    for s in SIGNALS:
+        act = SigAction()
+        if libc.sigaction(int(s), None, ctypes.byref(act)) != 0:
+            raise OSError(ctypes.get_errno(), "sigaction")
+        out[s.name] = (act.handler or 0, act.flags)
+    return out
+
+
+def pattern(block_id, n):
+    unit = block_id.to_bytes(8, "little")
+    return (unit * (n // 8 + 1))[:n]
+
+
+SPAN = 4096  # bytes checked at each end and in the middle of a large block
+FULL = 256 * 1024  # blocks up to this size are filled and checked whole
+
+
+def regions(size):
+    if size <= FULL:
+        return [(0, size)]
+    mid = (size // 2) & ~7
+    return [(0, SPAN), (mid, SPAN), (size - SPAN, SPAN)]
+
+
+def fill(addr, size, block_id):
+    for off, n in regions(size):
+        ctypes.memmove(addr + off, pattern(block_id, n), n)
+
+
+def verify(addr, size, block_id):
+    for off, n in regions(size):
+        if ctypes.string_at(addr + off, n) != pattern(block_id, n):
+            return off
+    return -1
+
+
+def random_size(rng):
+    r = rng.random()
+    if r < 0.6:
+        return rng.randint(1, 64 * 1024)
+    if r < 0.9:
+        return rng.randint(64 * 1024, 4 * MiB)
+    if r < 0.99:
+        return rng.randint(4 * MiB, 24 * MiB)
+    return rng.randint(24 * MiB, 64 * MiB)
+
+
+class Live:
+    """Every live block of every thread: overlaps are found at alloc."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.starts = []
+        self.ends = {}
+
+    def add(self, addr, size):
+        with self.lock:
+            i = bisect.bisect_left(self.starts, addr)
+            if i > 0 and self.ends[self.starts[i - 1]] > addr:
+                return f"0x{addr:x}+{size} overlaps the live block at 0x{self.starts[i - 1]:x}"
+            if i < len(self.starts) and self.starts[i] < addr + size:
+                return f"0x{addr:x}+{size} overlaps the live block at 0x{self.starts[i]:x}"
+            self.starts.insert(i, addr)
+            self.ends[addr] = addr + size
+            return None
+
+    def remove(self, addr):
+        with self.lock:
+            i = bisect.bisect_left(self.starts, addr)
+            del self.starts[i]
+            del self.ends[addr]
+
+
+def stress(policy, threading_design, ops_per_thread=3000, threads=3):
+    before = signal_handlers()
+    t0 = time.perf_counter()
+    native = gmlake_torch.start(policy, driver="host", threading=threading_design, check_invariants=512)
+    start_ms = (time.perf_counter() - t0) * 1000
+    after = signal_handlers()
+    if after != before:
+        return f"Node changed signal handlers: before {before}, after {after}"
+    live = Live()
+    errors = []
+    counts = {"allocs": 0, "frees": 0, "record_streams": 0, "empty_caches": 0, "bytes_checked": 0}
+    counts_lock = threading.Lock()
+    next_id = [1]
+
+    def worker(tid):
+        rng = random.Random(1000 + tid)
+        stream = STREAMS[tid % 2]
+        other = STREAMS[(tid + 1) % 2]
+        mine = []  # (addr, size, id)
+        local = {"allocs": 0, "frees": 0, "record_streams": 0, "empty_caches": 0, "bytes_checked": 0}
+        try:
+            for _ in range(ops_per_thread):
+                r = rng.random()
+                if r < 0.52 or not mine:
+                    size = random_size(rng)
+                    st, addr = native.try_alloc(size, stream)
+                    if st != 0:
+                        errors.append(f"thread {tid}: alloc({size}) failed ({st}): {native.error()}")
+                        return
+                    bad = live.add(addr, size)
+                    if bad:
+                        errors.append(f"thread {tid}: {bad}")
+                        return
+                    with counts_lock:
+                        bid = next_id[0]
+                        next_id[0] += 1
+                    fill(addr, size, bid)
+                    mine.append((addr, size, bid))
+                    local["allocs"] += 1
+                    if rng.random() < 0.05:
+                        native.record_stream(addr, other)  # used on the other stream too
+                        local["record_streams"] += 1
+                else:
+                    addr, size, bid = mine.pop(rng.randrange(len(mine)))
+                    off = verify(addr, size, bid)
+                    if off >= 0:
+                        errors.append(f"thread {tid}: block {bid} at 0x{addr:x}+{size} corrupted at offset {off}")
+                        return
+                    local["bytes_checked"] += sum(n for _, n in regions(size))
+                    live.remove(addr)
+                    native.free(addr, size, stream)
+                    local["frees"] += 1
+                    if tid == 0 and rng.random() < 0.01:
+                        native.empty_cache()
+                        local["empty_caches"] += 1
+            for addr, size, bid in mine:
+                off = verify(addr, size, bid)
+                if off >= 0:
+                    errors.append(f"thread {tid}: block {bid} corrupted at offset {off} (at the end)")
+                    return
+                live.remove(addr)
+                native.free(addr, size, stream)
+                local["frees"] += 1
+        except Exception as e:  # noqa: BLE001 (reported as the case's failure)
+            errors.append(f"thread {tid}: {type(e).__name__}: {e}")
+        finally:
+            with counts_lock:
+                for k, v in local.items():
+                    counts[k] += v
+
+    t1 = time.perf_counter()
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    wall = time.perf_counter() - t1
+    if errors:
+        return "; ".join(errors[:5])
+    stats = gmlake_torch.stats()
+    if stats["live_blocks"] != 0 or stats["allocated_bytes.all.current"] != 0:
+        return f"blocks still live after every free: {stats['live_blocks']} ({stats['allocated_bytes.all.current']} bytes)"
+    closed = gmlake_torch.close()
+    leaks = closed.get("leaks")
+    if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
+        return f"leaked at close: {closed}"
+    ops = counts["allocs"] + counts["frees"]
+    print(json.dumps({"case": f"stress:{policy}:{threading_design}", "start_ms": round(start_ms, 1), "threads": threads,
+                      **counts, "ops_per_s": round(ops / wall), "peak_reserved": stats["reserved_bytes.all.peak"],
+                      "syncs": stats["num_sync_all_streams"], "deferred_frees": stats["calls"]["deferredFrees"]}))
+    return None
+
+
+def oom():
+    native = gmlake_torch.start("caching", driver="host", capacity_bytes=64 * MiB)
+    st, a = native.try_alloc(40 * MiB)
+    if st != 0:
+        return f"a 40 MiB alloc failed on a 64 MiB device: {native.error()}"
+    st, b = native.try_alloc(48 * MiB)
+    msg = native.error()
+    if st != -1 or b != 0:
+        return f"expected out of memory (-1, null), got ({st}, {b:#x})"
+    if not msg.startswith("CUDA out of memory. Tried to allocate 48.00 MiB") or "gmlake caching allocator" not in msg:
+        return f"not PyTorch's out-of-memory message: {msg!r}"
+    native.free(a, 40 * MiB)
+    st, b = native.try_alloc(48 * MiB)
+    if st != 0:
+        return f"after the free, 48 MiB should fit: {native.error()}"
+    native.free(b, 48 * MiB)
+    s = gmlake_torch.stats()
+    if s["num_ooms"] != 1:
+        return f"num_ooms = {s['num_ooms']}, expected 1"
+    leaks = gmlake_torch.close()["leaks"]
+    if leaks["liveBytes"] != 0:
+        return f"leaked {leaks}"
+    print(json.dumps({"case": "oom", "message": msg}))
+    return None
+
+
+def expect_start_error(pattern, **kw):
+    for attempt in (1, 2):  # a failed start fails again the same way, it never crashes
+        try:
+            gmlake_torch.start(**kw)
+        except gmlake_torch.GmlakeError as e:
+            if pattern not in str(e):
+                return f"attempt {attempt}: the error does not say {pattern!r}: {e}"
+            msg = str(e)
+            continue
+        return f"attempt {attempt}: started, expected an error saying {pattern!r}"
+    print(json.dumps({"case": "start-error", "message": msg}))
+    return None
+
+
+def bad_module():
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "broken-policy.mjs")
+        with open(path, "w") as f:
+            f.write("export default {;\n")
+        return expect_start_error("cannot load the policy module", policy="x", driver="host", policy_module=path)
+
+
+CASES = {
+    "oom": oom,
+    "bad-module": bad_module,
+    "no-libnode": lambda: expect_start_error("libnode.so.108 not found", policy="caching", driver="host"),
+    "bad-policy": lambda: expect_start_error("nope", policy="nope", driver="host"),
+    "bad-knob": lambda: expect_start_error("has no option colour", policy="vms", driver="host", colour="red"),
+}
+for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
+    CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
+ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}}
+
+
+def run_one(name):
+    fn = CASES.get(name)
+    if fn is None:
+        print(f"harness: unknown case {name}; one of: {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    err = fn()
+    if err:
+        print(f"FAIL {name}: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] == "--one":
+        return run_one(argv[1])
+    names = argv or list(CASES)
+    bad = [n for n in names if n not in CASES]
+    if bad:
+        print(f"harness: unknown case {', '.join(bad)}; one of: {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    failed = []
+    for name in names:
+        env = {**os.environ, **ENV.get(name, {})}
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, __file__, "--one", name], env=env, capture_output=True, text=True, timeout=600)
+        status = "ok" if r.returncode == 0 else f"FAILED (exit {r.returncode})"
+        print(f"{name}: {status} in {time.perf_counter() - t0:.1f} s")
+        for line in (r.stdout + r.stderr).strip().splitlines():
+            print(f"  {line}")
+        if r.returncode != 0:
+            failed.append(name)
+    print(f"{len(names) - len(failed)}/{len(names)} cases passed" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
