@@ -8,14 +8,56 @@
 #                      layout, closure by scripts/gpu/closure.mjs)
 #   shared/traces/     a copy of ../shared/traces (GMLAKE_SHARED=.gpu/shared there)
 # Then on the GPU host: bash scripts/gpu/full-run.sh, or bash scripts/gpu/run.sh CMD...
-#   usage: bash scripts/gpu/bundle.sh [--no-build]
+#
+# --live packs only what a live run needs (scripts/gpu/live-run.sh), into .gpu/live.tar.xz:
+# the built JS of the packages the engine is made of, the vmm addon, @gmlake/torch-alloc's
+# libraries and threading bench, and libnode with the libraries Ubuntu lacks (xz -9), no
+# node binary and no traces (the live workloads make their own), so the carry stays small.
+#   usage: bash scripts/gpu/bundle.sh [--no-build] [--live]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out="$root/.gpu"
 cd "$root"
 
-if [ "${1:-}" != "--no-build" ]; then
+build=1
+live=0
+for a in "$@"; do
+  case "$a" in
+    --no-build) build=0 ;;
+    --live) live=1 ;;
+    *) echo "bundle.sh: unknown option $a (expected --no-build, --live)" >&2; exit 2 ;;
+  esac
+done
+if [ "$build" = 1 ]; then
   pnpm turbo run build --output-logs=errors-only >/dev/null
+fi
+
+if [ "$live" = 1 ]; then
+  ta=packages/torch-alloc
+  nodelib=$ta/build/libnode/usr/lib/x86_64-linux-gnu
+  for f in "$ta/build/lib/libgmlake_torch_alloc.so" "$ta/build/lib/libgmlake_embed.so" "$nodelib/libnode.so.108" packages/vmm/build/Release/gmlake_vmm.node; do
+    [ -f "$f" ] || { echo "bundle.sh --live: $f missing (build first)" >&2; exit 2; }
+  done
+  files=(package.json)
+  for p in vmm chunk-pool trace stitch torch-alloc; do
+    files+=("packages/$p/package.json" "packages/$p/dist")
+    [ -d "packages/$p/node_modules/@gmlake" ] && files+=("packages/$p/node_modules/@gmlake")
+  done
+  files+=(packages/vmm/build/Release/gmlake_vmm.node "$ta/build/lib" "$ta/build/bin")
+  # libnode, its libraries, and only the builtin JS files it reads at start.
+  files+=("$nodelib"/lib*.so*)
+  for b in acorn acorn-walk cjs-module-lexer undici; do files+=("$ta/build/libnode/usr/share/nodejs/$b"); done
+  mkdir -p "$out"
+  rm -f "$out/live.tar.xz"
+  tar -cf - --exclude='*.tsbuildinfo' --exclude="$nodelib/libicutest*" --exclude="$nodelib/libicutu*" \
+    --exclude="$nodelib/libuv.a" "${files[@]}" | xz -T0 -9 >"$out/live.tar.xz"
+  du -b "$out/live.tar.xz" | awk '{ printf "%-50s %6.1f MiB\n", $2, $1 / 1048576 }'
+  total=$(du -sb "$out" | cut -f1)
+  if [ "$total" -gt $((60 * 1048576)) ]; then
+    echo "bundle.sh: .gpu is $((total / 1048576)) MiB with the full bundle beside live.tar.xz: remove the rest (rm .gpu/node.xz .gpu/workspace.tar.xz; rm -r .gpu/shared) before carrying it for the live run" >&2
+    exit 1
+  fi
+  exit 0
 fi
 # The binding bench's in-process loop: its own addon (not in the shipped gmlake_vmm.node).
 pnpm --filter @gmlake/vmm build:bench >/dev/null

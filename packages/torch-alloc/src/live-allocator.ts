@@ -17,7 +17,7 @@ import { gzipSync } from "node:zlib";
 
 import { Allocator, getPolicy, type Block, type Policy } from "@gmlake/stitch";
 import { exportMemoryViz } from "@gmlake/trace";
-import { createDriver, HostDriver, SimDriver, type EventHandle, type VmmDriver } from "@gmlake/vmm";
+import { createDriver, HostDriver, SimDriver, withCapacity, type EventHandle, type VmmDriver } from "@gmlake/vmm";
 
 import { KernelFence } from "./kernel-fence.js";
 import { coerceKnobs } from "./knobs.js";
@@ -33,7 +33,7 @@ export interface LiveConfig {
   readonly driver?: LiveDriverName;
   /** Device ordinal (cuda). */
   readonly device?: number;
-  /** host, sim: physical bytes available (a small device, to test out-of-memory). */
+  /** Physical bytes the engine may hold (host, sim: the device's size; cuda: a limit through withCapacity, to test out-of-memory). */
   readonly capacityBytes?: number;
   /** Keep the engine's event history for snapshot() (default true). */
   readonly record?: boolean;
@@ -82,7 +82,8 @@ export class LiveAllocator {
         : name === "sim"
           ? new SimDriver({ capacityBytes: config.capacityBytes })
           : createDriver("cuda", { ordinal: config.device ?? 0 });
-    this.fence = new KernelFence(this.base);
+    const limited = name === "cuda" && config.capacityBytes !== undefined ? withCapacity(this.base, config.capacityBytes) : this.base;
+    this.fence = new KernelFence(limited);
     this.driver = this.fence;
     try {
       this.allocator = new Allocator(this.policy, this.driver, {

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The live run on the GPU host, in one `run` call: PyTorch jobs allocating through the
+# stitching engine (packages/torch-alloc) beside PyTorch's own allocator.
+#   here:   bash scripts/gpu/bundle.sh --live        (.gpu/live.tar.xz, ~20 MiB)
+#   there:  `run` with carry [".gpu"] and: bash scripts/gpu/live-run.sh
+# Steps (STEPS=a,b,... picks; each under `timeout`, each runs whatever the others did):
+#   setup      unpack, build memsampler.so and the OOM shim (torch.cuda.OutOfMemoryError)
+#   checks     live_checks.py smoke (every built-in policy), oom, capture
+#   micro      per-call cost inside the PyTorch process: alloc+free pairs through
+#              torch.cuda.caching_allocator_alloc/delete, PyTorch default and expandable
+#              beside ours:caching and ours:vms (median, p99)
+#   threading  threading_bench (CPU): a Locker per call vs one JS thread, on this host
+#   workloads  live_workloads.py: each of WORKLOADS under each of ALLOCATORS, LIVE_STEPS steps,
+#              device memory sampled every 100 us inside the steps (memsampler.so)
+#   memcheck   compute-sanitizer --tool memcheck over live_checks.py smoke with ours:vms
+# Knobs: WORKLOADS (default gpt2_ft), ALLOCATORS (default: pytorch pytorch-expandable
+# ours:caching ours:expandable ours:gmlake ours:vms), LIVE_STEPS (default 12), TOTAL seconds
+# for the whole call (default 560), T_<step> a step's limit, PYTHON (default python3).
+# Out ($OUT): live-run.log, live-summary.md (the tables), live-results.jsonl (every RESULT
+# line, tagged), results.tar.gz (per-step logs, snapshots), re-packed after every step.
+set -uo pipefail
+t_start=$(date +%s.%N)
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+OUT=${OUT:-$root/gpu-out}
+mkdir -p "$OUT"
+work=${GMLAKE_RUN_DIR:-/tmp/gmlake-live}
+rm -rf "$work"
+mkdir -p "$work"
+python=${PYTHON:-python3}
+steps=${STEPS:-setup,checks,micro,threading,workloads,memcheck}
+workloads=${WORKLOADS:-gpt2_ft}
+allocators=${ALLOCATORS:-pytorch pytorch-expandable ours:caching ours:expandable ours:gmlake ours:vms}
+live_steps=${LIVE_STEPS:-12}
+total_limit=${TOTAL:-560}
+declare -A limit=([setup]=90 [checks]=150 [micro]=150 [threading]=60 [workloads]=400 [memcheck]=240)
+export GMLAKE_TORCH_PY="$root/packages/torch-alloc/python"
+export PYTHONUNBUFFERED=1
+exec > >(tee -a "$OUT/live-run.log") 2>&1
+
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+left() { awk -v a="$t_start" -v b="$(date +%s.%N)" -v t="$total_limit" 'BEGIN { printf "%d", t - (b - a) - 5 }'; }
+pack() {
+  cp "$work/results.jsonl" "$OUT/live-results.jsonl" 2>/dev/null
+  tar -czf "$OUT/results.tar.gz.tmp" -C "$(dirname "$work")" "$(basename "$work")" && mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"
+}
+want() { [[ ",$steps," == *",$1,"* ]]; }
+
+# run TAG LIMIT CMD...: one command under min(LIMIT, time left); its RESULT lines, tagged, go
+# to results.jsonl; its output to $work/TAG.log (and here).
+run() {
+  local tag=$1 lim=$2
+  shift 2
+  local l
+  l=$(left)
+  [ "$l" -lt "$lim" ] && lim=$l
+  if [ "$lim" -le 5 ]; then
+    echo "== $tag: skipped (no time left)"
+    echo "{\"tag\":\"$tag\",\"skipped\":\"no time left\"}" >>"$work/results.jsonl"
+    return 0
+  fi
+  echo "== $tag (limit ${lim}s): $*"
+  local t0 rc
+  t0=$(date +%s.%N)
+  timeout -k 5 "$lim" "$@" >"$work/$tag.log" 2>&1
+  rc=$?
+  cat "$work/$tag.log" | tail -40
+  grep '^RESULT ' "$work/$tag.log" | sed 's/^RESULT //' | TAG="$tag" RC="$rc" SEC="$(elapsed "$t0")" "$python" -c '
+import json, os, sys
+for line in sys.stdin:
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    r.update(tag=os.environ["TAG"], rc=int(os.environ["RC"]), seconds=float(os.environ["SEC"]))
+    print(json.dumps(r))' >>"$work/results.jsonl"
+  if ! grep -q '^RESULT ' "$work/$tag.log"; then
+    echo "{\"tag\":\"$tag\",\"rc\":$rc,\"seconds\":$(elapsed "$t0"),\"result\":null}" >>"$work/results.jsonl"
+  fi
+  echo "== $tag: exit $rc in $(elapsed "$t0") s"
+  pack
+}
+
+{
+  date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv || true
+  "$python" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
+  command -v compute-sanitizer || true
+} 2>&1 | tee "$work/machine.txt"
+touch "$work/results.jsonl"
+
+if want setup; then
+  if [ ! -f .gpu/live.tar.xz ]; then
+    echo "live-run: .gpu/live.tar.xz missing: run scripts/gpu/bundle.sh --live here and carry .gpu" >&2
+    exit 2
+  fi
+  t0=$(date +%s.%N)
+  tar -xJf .gpu/live.tar.xz -C "$root" || { echo "live-run: unpacking .gpu/live.tar.xz failed" >&2; exit 2; }
+  echo "== unpacked in $(elapsed "$t0") s"
+  gcc -O2 -shared -fPIC -o "$work/memsampler.so" scripts/gpu/memsampler.c -ldl -lpthread || echo "memsampler build failed"
+  run oom-shim "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-oom-shim
+fi
+sampler=()
+[ -f "$work/memsampler.so" ] && sampler=(--sampler "$work/memsampler.so")
+export GMLAKE_SNAPSHOT_DIR="$work"
+
+if want checks; then
+  for p in caching expandable gmlake vms; do
+    run "smoke-$p" 60 "$python" scripts/gpu/live_checks.py smoke --policy "$p"
+  done
+  run oom 60 "$python" scripts/gpu/live_checks.py oom --policy vms
+  run capture 60 "$python" scripts/gpu/live_checks.py capture --policy vms
+fi
+
+if want micro; then
+  for p in pytorch pytorch-expandable caching vms; do
+    run "micro-$p" 45 "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs 200000
+  done
+fi
+
+if want threading; then
+  b=packages/torch-alloc/build/bin/threading_bench
+  lib=packages/torch-alloc/build/lib/libgmlake_torch_alloc.so
+  for d in locker thread; do
+    run "threading-$d" 30 bash -c "$b $lib $d --threads 2 --calls 50000 --policy vms --driver sim | sed 's/^/RESULT /'"
+  done
+fi
+
+if want workloads; then
+  for w in $workloads; do
+    for a in $allocators; do
+      run "$w-${a//[:,=]/_}" "${T_workloads:-${limit[workloads]}}" "$python" scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$live_steps" "${sampler[@]}"
+    done
+  done
+fi
+
+if want memcheck; then
+  if command -v compute-sanitizer >/dev/null; then
+    run memcheck-vms "${T_memcheck:-${limit[memcheck]}}" compute-sanitizer --tool memcheck --leak-check no \
+      --error-exitcode 9 "$python" scripts/gpu/live_checks.py smoke --policy vms
+  else
+    echo "{\"tag\":\"memcheck-vms\",\"skipped\":\"no compute-sanitizer\"}" >>"$work/results.jsonl"
+  fi
+fi
+
+"$python" scripts/gpu/live_summary.py "$work" >"$OUT/live-summary.md" 2>&1
+cat "$OUT/live-summary.md"
+pack
+echo "live-run: done in $(elapsed "$t_start") s"
