@@ -28,7 +28,7 @@ try {
   cmakeJs = undefined;
 }
 if (process.env.GMLAKE_VMM_SKIP_BUILD || !cmakeJs || !onPath("cmake") || !(onPath("c++") || onPath("g++") || onPath("clang++"))) {
-  console.warn(`@gmlake/vmm: ${missingAddonHint()}`);
+  console.warn(`@gmlake/vmm: no addon: ${missingAddonHint()}`);
   process.exit(0);
 }
 console.warn("@gmlake/vmm: no prebuilt addon for this platform: building it from source with cmake-js");

@@ -129,7 +129,7 @@ export function missingAddonHint(triple = platformTriple()): string {
   const dev = m.devDependencies ?? {};
   const tools = ["cmake-js", "node-addon-api"].map((n) => (dev[n] && !dev[n].includes(":") ? `${n}@${dev[n]}` : n)).join(" ");
   return (
-    `no vmm addon: ${prebuilt} and no source build; the sim driver needs none; for host/cuda install cmake and a ` +
+    `${prebuilt} and no source build; the sim driver needs none; for host/cuda install cmake and a ` +
     `C++17 compiler, then \`npm i -D ${tools} && npm rebuild @gmlake/vmm\``
   );
 }
