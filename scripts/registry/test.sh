@@ -6,7 +6,7 @@
 #   1. `npm i @gmlake/stitch` alone: exactly @gmlake/{stitch,chunk-pool,vmm,trace} and the
 #      prebuilt addon, under 5 MB; the stitch README's first example runs (host driver);
 #   2. `npx @gmlake/cli compare` on the embedded trace;
-#   3. a TypeScript consumer of every package type-checks with moduleResolution node16,
+#   3. a TypeScript consumer of every package type-checks with moduleResolution node16, nodenext,
 #      bundler and node10;
 #   4. no prebuilt (`--omit=optional`): the install says what to do, sim works, host fails
 #      with one line; then, with cmake and g++ back, following that line builds the addon
@@ -127,11 +127,12 @@ for p in caching expandable gmlake vms; do
   grep -Eq "\(embedded\) +$p " compare.out || fail "no $p row in gmlake compare"
 done
 
-step "TypeScript consumers: moduleResolution node16, bundler, node10"
+step "TypeScript consumers: moduleResolution node16, nodenext, bundler, node10"
 mkdir -p "$tmp/types" && cd "$tmp/types"
 node "$here/types-consumer.mjs" . "$root/node_modules/@types"
 PATH="$nobuild" npm i --no-audit --no-fund --loglevel=error >install.log 2>&1 || { cat install.log >&2; fail "npm i (types consumer)"; }
-for r in node16 bundler node10; do
+node "$here/installed.mjs" .
+for r in node16 nodenext bundler node10; do
   node "$root/node_modules/typescript/bin/tsc" -p "tsconfig.$r.json" || fail "tsc, moduleResolution $r"
   echo "tsc --moduleResolution $r: ok"
 done

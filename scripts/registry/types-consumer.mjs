@@ -1,7 +1,7 @@
 // Writes a TypeScript consumer into <dir> (where every library package is installed): an
 // import of every package and every typed subpath export, a few typed uses that fail to
 // compile if the types were missing or `any`, and one tsconfig per moduleResolution
-// (node16, bundler, node10), and a package.json that depends on every library package.
+// (node16, nodenext, bundler, node10), and a package.json that depends on every library package.
 // The caller runs npm install, then tsc -p on each tsconfig.
 //   node scripts/registry/types-consumer.mjs <dir> <@types folder>
 import { writeFileSync } from "node:fs";
@@ -36,6 +36,7 @@ const base = { strict: true, noEmit: true, skipLibCheck: false, types: ["node"],
 const configs = {
   node16: { module: "node16", moduleResolution: "node16" },
   bundler: { module: "esnext", moduleResolution: "bundler" },
+  nodenext: { module: "nodenext", moduleResolution: "nodenext" },
   node10: { module: "commonjs", moduleResolution: "node10" },
 };
 for (const [name, o] of Object.entries(configs))
