@@ -10,7 +10,11 @@
 #      bundler and node10;
 #   4. no prebuilt (`--omit=optional`): the install says what to do, sim works, host fails
 #      with one line; then, with cmake and g++ back, following that line builds the addon
-#      from source (GMLAKE_REGISTRY_SOURCE_BUILD=0 skips this part).
+#      from source (GMLAKE_REGISTRY_SOURCE_BUILD=0 skips this part);
+#   5. with GMLAKE_OLD_GLIBC_ROOT=DIR (a root of an older distribution, e.g. made with
+#      `debootstrap --variant=minbase bullseye DIR`; needs root): the installed stitch
+#      folder and this node binary copied into DIR, the README example run under chroot,
+#      on that distribution's glibc.
 # Run after `pnpm build` (.ci/run does). The registry is stopped and every folder removed
 # at exit, whatever happened.
 set -euo pipefail
@@ -38,6 +42,7 @@ cleanup() {
     wait "$registry_pid" 2>/dev/null || true
   fi
   rm -rf "$tmp"
+  if [ -n "${GMLAKE_OLD_GLIBC_ROOT:-}" ]; then rm -rf "$GMLAKE_OLD_GLIBC_ROOT/gmlake-registry-test"; fi
 }
 trap cleanup EXIT
 
@@ -171,6 +176,16 @@ if [ "${GMLAKE_REGISTRY_SOURCE_BUILD:-1}" != "0" ]; then
   [ ! -e node_modules/@gmlake/vmm-linux-x64-gnu ] || fail "the prebuilt was installed after all"
   node try.mjs host | tee try.out
   grep -q "^host: ok" try.out || fail "host after the source build"
+fi
+
+if [ -n "${GMLAKE_OLD_GLIBC_ROOT:-}" ]; then
+  old="$GMLAKE_OLD_GLIBC_ROOT"
+  step "the stitch example on an older glibc: chroot $old ($(chroot "$old" ldd --version | head -1))"
+  mkdir -p "$old/gmlake-registry-test"
+  cp "$(readlink -f "$(command -v node)")" "$old/gmlake-registry-test/node"
+  cp -a "$tmp/stitch" "$old/gmlake-registry-test/stitch"
+  chroot "$old" /usr/bin/env -u NODE_EXTRA_CA_CERTS /bin/sh -c 'cd /gmlake-registry-test/stitch && /gmlake-registry-test/node example.mjs' | tee "$tmp/old-glibc.out"
+  grep -q "stitches: 1" "$tmp/old-glibc.out" || fail "the stitch example under chroot $old"
 fi
 
 cd "$root"
