@@ -123,6 +123,9 @@ README="$root/packages/stitch/README.md" node -e '
   process.stdout.write(m[1]);' >example.mjs
 PATH="$nobuild" node example.mjs | tee example.out
 grep -q "stitches: 1" example.out || fail "the stitch README example did not stitch"
+from=$(PATH="$nobuild" node --input-type=module -e 'const m = await import("@gmlake/vmm"); const a = m.probeCuda().addon; console.log(a.loaded ? a.from : a.error)')
+[ "$from" = "prebuilt" ] || fail "the addon loaded is not the prebuilt: $from"
+echo "addon: $from"
 
 step "npx @gmlake/cli compare (the embedded trace)"
 mkdir -p "$tmp/cli" && cd "$tmp/cli"
