@@ -88,7 +88,7 @@ export NPM_CONFIG_USERCONFIG="$tmp/npmrc" NPM_CONFIG_CACHE="$tmp/npm-cache" npm_
 echo "verdaccio on $url"
 
 step "pnpm publish every package"
-(cd "$root" && pnpm -r publish --no-git-checks --access public --registry "$url" >"$tmp/publish.log" 2>&1) || { cat "$tmp/publish.log" >&2; fail "pnpm publish"; }
+(cd "$root" && pnpm -r publish --no-git-checks --registry "$url" >"$tmp/publish.log" 2>&1) || { cat "$tmp/publish.log" >&2; fail "pnpm publish"; }
 published=$(ROOT="$root" URL="$url" node --input-type=module -e '
   const { workspacePackages } = await import(process.env.ROOT + "/scripts/release/workspace.mjs");
   for (const { manifest: m } of workspacePackages()) {

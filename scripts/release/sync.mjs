@@ -1,6 +1,7 @@
 // One version and one set of shared metadata for every package in the workspace.
 //   node scripts/release/sync.mjs            write the root's version, license, repository,
-//                                            author, homepage, bugs and engines.node into
+//                                            author, homepage, bugs, engines.node and
+//                                            publishConfig.access (public) into
 //                                            every package, and the node10 type fallbacks
 //                                            (top-level "types", typesVersions) from exports;
 //                                            copy the root LICENSE into every package
@@ -36,6 +37,8 @@ function expected(dir, m) {
   e.bugs = root.bugs;
   e.repository = { ...root.repository, directory: dir };
   e.engines = { ...(m.engines ?? {}), node: root.engines.node };
+  // Scoped packages are private on a first `npm publish` unless told otherwise.
+  e.publishConfig = { ...(m.publishConfig ?? {}), access: "public" };
   const main = m.exports?.["."];
   if (main && typeof main === "object") {
     e.main = main.default;
