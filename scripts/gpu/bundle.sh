@@ -95,7 +95,7 @@ for a in apps/*; do
     [ -e "$a/$f" ] && files+=("$a/$f")
   done
 done
-files+=(packages/vmm/native packages/vmm/examples packages/vmm/build/Release/gmlake_vmm.node packages/vmm/build/Release/gmlake_vmm_bench.node packages/vmm/build/bench/binding_overhead)
+files+=(packages/vmm/native packages/vmm/examples packages/vmm/build/Release/gmlake_vmm.node packages/vmm-linux-x64-gnu/gmlake_vmm.node packages/vmm/build/Release/gmlake_vmm_bench.node packages/vmm/build/bench/binding_overhead)
 # The store entries behind every external link the packages' tests and benches use.
 links=()
 for l in packages/*/node_modules/vitest packages/*/node_modules/fast-check; do

@@ -4,6 +4,8 @@
 # Steps, each under `timeout`, each run whatever the others did:
 #   doctor   gmlake doctor
 #   vmm      the vmm vitest suite (contract over host, sim and cuda; host/sim misuse table)
+#   prebuilt the published prebuilt addon (packages/vmm-linux-x64-gnu, glibc-pinned, stripped)
+#            through the cuda probe and the contract and driver tests (GMLAKE_VMM_ADDON)
 #   misuse   bench/misuse-probe.mjs cuda, compared with the table host and sim are held to
 #   stitch   the stitch vitest suite (contract over sim, host and cuda; fidelity on the traces)
 #   binding  bench/binding-overhead.mjs host cuda (in-process C++ loop vs addon vs driver class)
@@ -28,9 +30,9 @@ work=${GMLAKE_RUN_DIR:-/tmp/gmlake-run}
 rm -rf "$work"
 mkdir -p "$work"
 
-declare -A limit=([doctor]=30 [vmm]=90 [misuse]=30 [stitch]=180 [binding]=90 [reader]=60 [memviz]=60 [bench]=240 [faults]=150)
+declare -A limit=([doctor]=30 [vmm]=90 [prebuilt]=60 [misuse]=30 [stitch]=180 [binding]=90 [reader]=60 [memviz]=60 [bench]=240 [faults]=150)
 total_limit=${TOTAL:-560}
-steps=${STEPS:-doctor,vmm,misuse,stitch,binding,reader,memviz,bench,faults}
+steps=${STEPS:-doctor,vmm,prebuilt,misuse,stitch,binding,reader,memviz,bench,faults}
 rows=()
 failed=0
 
@@ -105,6 +107,9 @@ main() {
 
   step doctor "$dest" node apps/cli/dist/main.js doctor
   step vmm "$dest/packages/vmm" node node_modules/vitest/vitest.mjs run --reporter=verbose
+  step prebuilt "$dest/packages/vmm" env GMLAKE_VMM_ADDON="$dest/packages/vmm-linux-x64-gnu/gmlake_vmm.node" bash -c \
+    'node -e "import(\"./dist/index.js\").then((m) => console.log(m.describeProbe(m.probeCuda())))" &&
+     node node_modules/vitest/vitest.mjs run --reporter=verbose test/contract.test.ts test/drivers.test.ts test/native-loader.test.ts'
   step misuse "$dest/packages/vmm" bash -c 'node bench/misuse-probe.mjs cuda --json "$0" && node "$1" "$0" test/fixtures/h200-misuse.json' "$work/misuse-cuda.json" "$gpu_root/scripts/gpu/misuse-check.mjs"
   step stitch "$dest/packages/stitch" node node_modules/vitest/vitest.mjs run --reporter=verbose
   # shellcheck disable=SC2086

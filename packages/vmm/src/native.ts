@@ -1,7 +1,11 @@
 /**
- * Loads the native addon (build/Release/gmlake_vmm.node) once, lazily, and hands it the
- * VmmError class so native failures are VmmErrors. Loading never touches the CUDA driver:
- * libcuda is dlopen'ed by cudaLoad(), so this works on machines without a GPU.
+ * Finds and loads the native addon once, lazily, and hands it the VmmError class so native
+ * failures are VmmErrors. Loading never touches the CUDA driver: libcuda is dlopen'ed by
+ * cudaLoad(), so this works on machines without a GPU. Where the addon comes from, first
+ * found first: $GMLAKE_VMM_ADDON; a source build (build/Release, made by `pnpm build` in
+ * the workspace or by install.mjs where no prebuilt matches); the prebuilt platform package
+ * (@gmlake/vmm-<platform>-<arch>-<libc>, an optional dependency installed only where its
+ * os/cpu/libc match). The sim driver needs none of them.
  */
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -70,11 +74,69 @@ export interface NativeAddon {
   hostRead(address: number, out: Uint8Array): void;
 }
 
-/** Where the addon is looked for: $GMLAKE_VMM_ADDON, else the package's build/Release. */
-export function addonPath(): string {
+const require = createRequire(import.meta.url);
+
+interface VmmManifest {
+  readonly version: string;
+  readonly optionalDependencies?: Record<string, string>;
+  readonly devDependencies?: Record<string, string>;
+}
+const manifest = (): VmmManifest => require("../package.json") as VmmManifest;
+
+/** This machine as the platform packages name it: linux-x64-gnu, linux-arm64-musl, darwin-arm64 ... */
+export function platformTriple(): string {
+  if (process.platform !== "linux") return `${process.platform}-${process.arch}`;
+  const report = process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined;
+  return `linux-${process.arch}-${report?.header?.glibcVersionRuntime ? "gnu" : "musl"}`;
+}
+
+/** The platform package that would hold the prebuilt addon for `triple`. */
+export const prebuiltPackage = (triple = platformTriple()): string => `@gmlake/vmm-${triple}`;
+
+/** The source build's output (cmake-js compile --out build). */
+export const sourceBuildPath = (): string => fileURLToPath(new URL("../build/Release/gmlake_vmm.node", import.meta.url));
+
+export interface AddonLocation {
+  /** The .node to load, when one was found. */
+  readonly path?: string;
+  readonly from?: "GMLAKE_VMM_ADDON" | "source build" | "prebuilt";
+  /** When none was found: one line saying what to do. */
+  readonly missing?: string;
+}
+
+/** Where the addon would be loaded from, or why there is none (see the file comment for the order). */
+export function locateAddon(triple = platformTriple()): AddonLocation {
   const fromEnv = process.env.GMLAKE_VMM_ADDON;
-  if (fromEnv) return fromEnv;
-  return fileURLToPath(new URL("../build/Release/gmlake_vmm.node", import.meta.url));
+  if (fromEnv) return existsSync(fromEnv) ? { path: fromEnv, from: "GMLAKE_VMM_ADDON" } : { missing: `GMLAKE_VMM_ADDON=${fromEnv} does not exist` };
+  const local = sourceBuildPath();
+  if (existsSync(local)) return { path: local, from: "source build" };
+  const pkg = prebuiltPackage(triple);
+  try {
+    return { path: require.resolve(`${pkg}/gmlake_vmm.node`), from: "prebuilt" };
+  } catch {
+    return { missing: missingAddonHint(triple) };
+  }
+}
+
+/** One line for a machine with no addon: which prebuilt is missing, and the source build's recipe. */
+export function missingAddonHint(triple = platformTriple()): string {
+  const m = manifest();
+  const pkg = prebuiltPackage(triple);
+  const published = Object.keys(m.optionalDependencies ?? {}).filter((n) => n.startsWith("@gmlake/vmm-"));
+  const prebuilt = published.includes(pkg)
+    ? `${pkg} is not installed (optional dependencies omitted? \`npm i ${pkg}@${m.version}\`)`
+    : `no prebuilt for ${triple} (there are: ${published.map((n) => n.slice("@gmlake/vmm-".length)).join(", ") || "none"})`;
+  const dev = m.devDependencies ?? {};
+  const tools = ["cmake-js", "node-addon-api"].map((n) => (dev[n] && !dev[n].includes(":") ? `${n}@${dev[n]}` : n)).join(" ");
+  return (
+    `${prebuilt} and no source build; the sim driver needs none; for host/cuda install cmake and a ` +
+    `C++17 compiler, then \`npm i -D ${tools} && npm rebuild @gmlake/vmm\``
+  );
+}
+
+/** The path of the addon that is (or would be) loaded; the source build's path when there is none. */
+export function addonPath(): string {
+  return locateAddon().path ?? sourceBuildPath();
 }
 
 let cached: NativeAddon | undefined;
@@ -83,15 +145,17 @@ let loadError: Error | undefined;
 export function loadNative(): NativeAddon {
   if (cached) return cached;
   if (loadError) throw loadError;
-  const path = addonPath();
+  const where = locateAddon();
   try {
-    if (!existsSync(path)) throw new Error(`${path} does not exist (run \`pnpm --filter @gmlake/vmm build\`)`);
-    const addon = createRequire(import.meta.url)(path) as NativeAddon;
+    if (!where.path) throw new Error(where.missing);
+    const addon = require(where.path) as NativeAddon;
     addon.setErrorClass(VmmError);
     cached = addon;
     return addon;
   } catch (e) {
-    loadError = new VmmError(ADDON_NOT_LOADED, "loadNative", `cannot load the vmm addon: ${(e as Error).message}`);
+    const why = (e as Error).message.split("\n")[0];
+    const what = where.path ? ` (${where.from} ${where.path})` : "";
+    loadError = new VmmError(ADDON_NOT_LOADED, "loadNative", `cannot load the vmm addon${what}: ${why}`);
     throw loadError;
   }
 }

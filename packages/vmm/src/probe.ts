@@ -9,7 +9,7 @@ import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 import type { DeviceInfo, MemInfo } from "./driver.js";
-import { addonPath, loadNative } from "./native.js";
+import { addonPath, loadNative, locateAddon, type AddonLocation } from "./native.js";
 
 export interface ProbeDevice extends DeviceInfo {
   /** cuMemGetInfo on the device's primary context, if it could be opened. */
@@ -20,7 +20,8 @@ export interface ProbeDevice extends DeviceInfo {
 export interface CudaProbe {
   /** A driver and at least one device with VMM support: createDriver("auto") picks cuda. */
   readonly ok: boolean;
-  readonly addon: { readonly loaded: boolean; readonly path: string; readonly error?: string };
+  /** from: where the loaded addon came from ($GMLAKE_VMM_ADDON, a source build, the prebuilt platform package). */
+  readonly addon: { readonly loaded: boolean; readonly path: string; readonly from?: AddonLocation["from"]; readonly error?: string };
   readonly driver: {
     readonly found: boolean;
     readonly library?: string;
@@ -58,7 +59,7 @@ export function probeCudaInProcess(memInfo = true): CudaProbe {
   } catch (e) {
     return { ok: false, addon: { loaded: false, path, error: errorOf(e).message }, driver: { found: false }, devices: [], isolated: false };
   }
-  const addon = { loaded: true, path };
+  const addon = { loaded: true, path, from: locateAddon().from };
   let loaded;
   try {
     loaded = native.cudaLoad();
