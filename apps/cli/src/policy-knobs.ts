@@ -1,0 +1,10 @@
+import { listPolicies } from "@gmlake/stitch";
+
+/** --set applies to each policy that has the knob (compare and explain run policies with different knobs). */
+export function knobsFor(policy: string, sets: Record<string, unknown>): Record<string, unknown> {
+  const p = listPolicies().find((x) => x.name === policy);
+  if (!p) return {};
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(sets)) if (k in p.defaults) out[k] = v;
+  return out;
+}
