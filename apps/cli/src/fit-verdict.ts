@@ -95,7 +95,9 @@ export function advice(verdicts: readonly FitVerdict[], budget: DeviceBudget): s
     if (best && best === dflt) parts.push(`${best.howToRun} needs the smallest GPU PyTorch can run it on today: ${size(best)}`);
     else if (best) parts.push(`set ${best.howToRun}: it runs on ${size(best)}${dflt ? `, where ${dflt.howToRun} needs ${size(dflt)}` : ""}`);
     const o = ours[0];
-    if (o && (!best || o.smallestDeviceBytes! < best.smallestDeviceBytes!)) parts.push(`${o.policy} needs ${size(o)}, with ${o.howToRun}`);
+    if (o && (!best || o.smallestDeviceBytes! < best.smallestDeviceBytes!)) {
+      parts.push(`${o.policy} needs ${size(o)}${best ? ` (${formatBytes(best.smallestDeviceBytes! - o.smallestDeviceBytes!)} less)` : ""}, with ${o.howToRun}`);
+    }
     else if (best && ours.length) parts.push("no other policy needs less");
     return parts.length ? `advice: ${parts.join("; ")}` : "advice: no policy ran the whole trace";
   }
