@@ -214,3 +214,20 @@ describe.skipIf(!haveStacks)("explain: what holds the memory", () => {
     expect(t.stdout.split("\n").filter((l) => l.length > 100)).toEqual([]);
   });
 });
+
+describe("--report is an output like the others", () => {
+  it("an existing index.html is kept without --force, replaced with it; the help names it", () => {
+    const dir = mkdtempSync(join(tmp, "report-"));
+    const first = cli(["compare", "--no-fit", "--policies", "caching", "--report", dir]);
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stderr).toMatch(/report: .*index\.html/);
+    const again = cli(["compare", "--no-fit", "--policies", "caching", "--report", dir]);
+    expect(again.code).toBe(2);
+    expect(again.stdout).toBe("");
+    expect(again.stderr.trim().split("\n")).toHaveLength(1);
+    const forced = cli(["compare", "--no-fit", "--policies", "caching", "--report", dir, "--force"]);
+    expect(forced.code, forced.stderr).toBe(0);
+    expect(cli(["compare", "--help"]).stdout).toMatch(/--report DIR/);
+    expect(cli(["explain", "--help"]).stdout).toMatch(/gmlake explain/);
+  });
+});

@@ -84,14 +84,15 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
   // Legend entries laid out in rows across the plot's width.
   const peak = (c?: TimelineSeries): number => (c ? c.bytes.reduce((m, v) => (v > m ? v : m), 0) : 0);
   const entries = series.map((s, i) => {
-    const parts: string[] = [];
-    if (s.reserved) parts.push(`${(peak(s.reserved) / GiB).toFixed(2)}`);
-    if (s.allocated && !s.reserved) parts.push(`${(peak(s.allocated) / GiB).toFixed(2)}`);
-    const text = `${s.label} ${parts.join(" / ")} GiB${s.oomAtUs !== undefined ? " (OOM)" : ""}`;
-    return { i, text, width: 28 + Math.ceil(text.length * 6.4) + 16 };
+    const r = s.reserved ? (peak(s.reserved) / GiB).toFixed(2) : null;
+    const a = s.allocated ? (peak(s.allocated) / GiB).toFixed(2) : null;
+    const peaks = r !== null && a !== null ? `reserved ${r} / allocated ${a}` : (r ?? a ?? "0.00");
+    const text = `${s.label} ${peaks} GiB${s.oomAtUs !== undefined ? " (OOM)" : ""}`;
+    const swatches = r !== null && a !== null ? 2 : 1;
+    return { i, text, swatches, width: 28 * swatches + Math.ceil(text.length * 6.4) + 16 };
   });
   const legendTop = 40 + (options.subtitle ? 16 : 0);
-  const placed: { i: number; text: string; x: number; y: number }[] = [];
+  const placed: { i: number; text: string; swatches: number; x: number; y: number }[] = [];
   let lx = left;
   let ly = legendTop;
   for (const e of entries) {
@@ -99,7 +100,7 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
       lx = left;
       ly += 17;
     }
-    placed.push({ i: e.i, text: e.text, x: lx, y: ly });
+    placed.push({ i: e.i, text: e.text, swatches: e.swatches, x: lx, y: ly });
     lx += e.width;
   }
   const top = (entries.length ? ly + 14 : legendTop) + 6;
@@ -192,9 +193,11 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
   for (const p of placed) {
     const s = series[p.i];
     const y = p.y;
-    const kind = s.reserved ? "reserved" : "allocated";
-    out.push(`<line x1="${p.x}" y1="${y}" x2="${p.x + 22}" y2="${y}" ${stroke(p.i, kind)}/>`);
-    out.push(`<text x="${p.x + 28}" y="${y}" dy="4" font-size="12" fill="#222">${esc(p.text)}</text>`);
+    const kinds: ("reserved" | "allocated")[] = [];
+    if (s.reserved) kinds.push("reserved");
+    if (s.allocated || kinds.length === 0) kinds.push("allocated");
+    kinds.forEach((kind, k) => out.push(`<line x1="${p.x + 28 * k}" y1="${y}" x2="${p.x + 28 * k + 22}" y2="${y}" ${stroke(p.i, kind)}/>`));
+    out.push(`<text x="${p.x + 28 * kinds.length}" y="${y}" dy="4" font-size="12" fill="#222">${esc(p.text)}</text>`);
   }
   out.push("</svg>");
   return out.join("\n");

@@ -1,5 +1,4 @@
 import { computeStats } from "@gmlake/trace";
-import { listPolicies } from "@gmlake/stitch";
 import { checkOutputDir, checkOutputs, writeOutputFile } from "@gmlake/output";
 import { basename, join } from "node:path";
 import { UsageError } from "../cli-error.js";
@@ -8,7 +7,7 @@ import { parseBudget, type DeviceBudget } from "../device-budget.js";
 import { advice, fitVerdict, type FitVerdict } from "../fit-verdict.js";
 import { loadTrace, nameOf } from "../load-trace.js";
 import { parseDriver, parsePolicies, parseSets } from "../options.js";
-import { knobsFor } from "../policy-knobs.js";
+import { DEFAULT_POLICIES, defaultPolicies, knobsFor } from "../policy-knobs.js";
 import { memoryAnswers } from "../memory-answers.js";
 import { plotOf, printJson, printText, traceInputs } from "../outputs.js";
 import { reportHtml, type ReportTrace } from "../report.js";
@@ -39,7 +38,6 @@ export interface CompareJson {
   advice: { trace: string; text: string }[];
 }
 
-const DEFAULT_POLICIES = ["caching", "expandable", "gmlake", "vms"];
 const TRACE_WIDTH = 24;
 
 const gib = (b: number): string => `${(b / 2 ** 30).toFixed(2)} GiB`;
@@ -145,8 +143,7 @@ Examples:
   gmlake compare my_job.pickle.gz --capacity 80GiB --report report/`,
   async run(values, positionals) {
     if (values.json && values.markdown) throw new UsageError("choose one of --json and --markdown");
-    const registered = new Set(listPolicies().map((p) => p.name));
-    const policies = parsePolicies(values.policies, DEFAULT_POLICIES.filter((p) => registered.has(p)));
+    const policies = parsePolicies(values.policies, defaultPolicies());
     const driver = parseDriver(values.driver);
     const budget = parseBudget(values);
     const search = !values["no-fit"];

@@ -1,13 +1,11 @@
-import { listPolicies } from "@gmlake/stitch";
 import { UsageError } from "../cli-error.js";
 import type { Command } from "../command.js";
 import { loadTrace } from "../load-trace.js";
 import { memoryAnswers, sitesText, summaryText } from "../memory-answers.js";
 import { parsePolicies, parseSets } from "../options.js";
 import { printJson, printText } from "../outputs.js";
-import { knobsFor } from "../policy-knobs.js";
+import { DEFAULT_POLICIES, defaultPolicies, knobsFor } from "../policy-knobs.js";
 
-const DEFAULT_POLICIES = ["caching", "expandable", "gmlake", "vms"];
 
 export const explainCommand: Command = {
   name: "explain",
@@ -49,8 +47,7 @@ Options:
 Example:
   gmlake explain ../shared/traces/gpt2_ft_stacks.pickle.gz --top 5`,
   async run(values, positionals) {
-    const registered = new Set(listPolicies().map((p) => p.name));
-    const policies = parsePolicies(values.policies, DEFAULT_POLICIES.filter((p) => registered.has(p)));
+    const policies = parsePolicies(values.policies, defaultPolicies());
     const top = values.top === undefined ? 10 : Number(values.top);
     if (!Number.isInteger(top) || top < 1 || top > 1000) throw new UsageError(`invalid --top '${String(values.top)}': expected a whole number from 1 to 1000`);
     const sets = parseSets(values.set);
