@@ -8,18 +8,21 @@ import { fork } from "node:child_process";
 import { cpus, hostname } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { OutputError, checkOutputDir, checkOutputs, terminalSafe, writeOutputFile, writeStdout, type OutputTarget } from "@gmlake/output";
+import { OutputError, terminalSafe, writeStdout } from "@gmlake/output";
 import { listPolicies } from "@gmlake/stitch";
 import { probeCuda } from "@gmlake/vmm";
 import { defaultTraceDir, findTraces, traceLabel } from "./find-traces.js";
 import { recordedFigures, type Recorded } from "./recorded.js";
-import { markdownSummary } from "./summary.js";
+import { mergeCommand } from "./merge.js";
+import { checkSweepOutputs, writeOutputs, type Plan, type SweepTargets } from "./outputs.js";
+import { recordedCurves, type CurvesFile } from "./plots.js";
+import { inShard, parseShard, type Shard } from "./shard.js";
 import { runTask, type Task, type TaskResult } from "./task.js";
-import { plotFileName, writeTracePlots } from "./plots.js";
 
 const HELP = `Usage: gmlake-bench [--traces DIR] [--policies a,b] [--drivers auto|sim,cuda,host]
                     [--capacity-factor 1.02] [--integrity on|full|off] [--workers N] [--cpu-workers N]
-                    [--only NAME,...] [--no-warmup] [--out DIR] [--force]
+                    [--only NAME,...] [--no-warmup] [--shard I/N] [--out DIR] [--force]
+       gmlake-bench merge DIR... --out DIR [--force]
 
 Replays every trace in DIR (default ../shared/traces, sub-folders included) with every
 policy on each driver, and writes DIR_OUT/results.json, summary.md and <trace>.svg.
@@ -27,6 +30,9 @@ policy on each driver, and writes DIR_OUT/results.json, summary.md and <trace>.s
 sim run per trace x policy under a capacity of F x the trace's peak requested bytes.
 Before its first cuda task a worker makes a few driver calls of each kind, untimed, so
 that the driver's lazy first-use cost does not land on the first trace (--no-warmup).
+--shard I/N runs only tasks I, I+N, I+2N ... of the sweep (0-based I: a Slurm array
+task's SLURM_ARRAY_TASK_ID, a Kubernetes indexed Job's JOB_COMPLETION_INDEX); 'merge'
+joins the result folders of all N shards into one, as if the sweep had run whole.
 The output files are checked before the first run: existing ones are replaced only
 with --force; each is written whole (temporary file + rename) or not at all.
 Example: gmlake-bench --drivers auto --capacity-factor 1.02 --out bench-results`;
@@ -43,6 +49,7 @@ interface Args {
   only: string[] | null;
   out: string;
   warmUp: boolean;
+  shard: Shard | null;
   force: boolean;
 }
 
@@ -67,6 +74,7 @@ function parse(argv: string[]): Args {
         "no-warmup": { type: "boolean" },
         only: { type: "string" },
         out: { type: "string" },
+        shard: { type: "string" },
         force: { type: "boolean", short: "f" },
         help: { type: "boolean", short: "h" },
       },
@@ -98,7 +106,10 @@ function parse(argv: string[]): Args {
   if (!Number.isInteger(workers) || workers < 1) fail(`invalid --workers '${v.workers}'`);
   const cpuWorkers = v["cpu-workers"] === undefined ? undefined : Number(v["cpu-workers"]);
   if (cpuWorkers !== undefined && (!Number.isInteger(cpuWorkers) || cpuWorkers < 1)) fail(`invalid --cpu-workers '${v["cpu-workers"]}'`);
+  const shard = v.shard === undefined ? null : parseShard(v.shard);
+  if (v.shard !== undefined && shard === null) fail(`invalid --shard '${v.shard}': expected I/N with 0 <= I < N (e.g. --shard 0/4)`);
   return {
+    shard,
     traceDir: v.traces ?? defaultTraceDir(),
     policies,
     drivers,
@@ -152,6 +163,7 @@ function worker(): void {
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   if (argv[0] === "--worker") return worker();
+  if (argv[0] === "merge") return mergeCommand(argv.slice(1));
   const a = parse(argv);
   let files: string[];
   try {
@@ -162,15 +174,12 @@ async function main(): Promise<void> {
   let traces = files.map((path) => ({ path, trace: traceLabel(a.traceDir, path) }));
   if (a.only) traces = traces.filter((t) => a.only!.some((o) => t.trace === o || t.trace.startsWith(o)));
   if (traces.length === 0) fail(`no traces (*.pickle, *.pickle.gz) in ${a.traceDir}`);
-  let outputs: OutputTarget[];
+  let targets: SweepTargets;
   try {
-    const dir = checkOutputDir(a.out, { option: "--out" });
-    const names = ["results.json", "summary.md", ...traces.map((t) => plotFileName(t.trace))];
-    outputs = checkOutputs(names.map((n) => ({ path: join(dir, n), option: "--out" })), { inputs: traces.map((t) => t.path), force: a.force });
+    targets = checkSweepOutputs(a.out, traces.map((t) => t.trace), a.shard === null, { inputs: traces.map((t) => t.path), force: a.force });
   } catch (e) {
     fail((e as Error).message);
   }
-  const [resultsFile, summaryFile, ...plotFiles] = outputs;
 
   const recorded: Recorded[] = [];
   for (const t of traces) recorded.push(await recordedFigures(t.trace, t.path));
@@ -186,19 +195,21 @@ async function main(): Promise<void> {
     }
   }
 
+  const plan: Plan = { traces: traces.map((t) => t.trace), policies: a.policies, drivers: a.drivers, capacityFactor: a.capacityFactor, integrity: a.integrity, tasks: tasks.length };
+  const mine = tasks.filter((t) => inShard(t.id, a.shard));
   const results: TaskResult[] = [];
   const t0 = Date.now();
   const onDone = (r: TaskResult) => {
     results.push(r);
     const status = r.error ? `ERROR ${r.error}` : `util ${r.utilization.toFixed(3)}${r.oom ? " OOM" : ""}, ${(r.eventsPerSecond / 1e6).toFixed(2)} M ev/s`;
-    process.stderr.write(terminalSafe(`[${results.length}/${tasks.length}] ${((Date.now() - t0) / 1000).toFixed(0)}s ${r.trace} ${r.policy} ${r.driver}${r.capacityNote ? ` @${r.capacityNote}` : ""}: ${status}`) + "\n");
+    process.stderr.write(terminalSafe(`[${results.length}/${mine.length}] ${((Date.now() - t0) / 1000).toFixed(0)}s ${r.trace} ${r.policy} ${r.driver}${r.capacityNote ? ` @${r.capacityNote}` : ""}: ${status}`) + "\n");
   };
-  const gpuTasks = tasks.filter((t) => t.driver === "cuda");
-  const cpuTasks = tasks.filter((t) => t.driver !== "cuda");
+  const gpuTasks = mine.filter((t) => t.driver === "cuda");
+  const cpuTasks = mine.filter((t) => t.driver !== "cuda");
   // Leave a core for the GPU worker and the parent; on a 2-core box this is one worker.
   const cpuWorkers = Math.max(1, Math.min(a.cpuWorkers ?? cpus().length - 2, cpuTasks.length, 8));
   if (gpuTasks.length === 0 && cpuWorkers === 1) {
-    for (const t of tasks) onDone(await runTask(t));
+    for (const t of mine) onDone(await runTask(t));
   } else {
     await Promise.all([
       gpuTasks.length ? runInWorkers(gpuTasks, a.workers, 0, onDone) : Promise.resolve(),
@@ -213,16 +224,17 @@ async function main(): Promise<void> {
     : `${cpus()[0]?.model ?? "CPU"} x${cpus().length}, no GPU, host ${hostname()}`;
   const command = `gmlake-bench ${argv.join(" ")}`.trim();
   const date = new Date().toISOString();
+  const curves: CurvesFile = { recorded: {}, runs: {} };
+  for (const t of traces) curves.recorded[t.trace] = await recordedCurves(t.path);
+  for (const r of results) if (r.reservedCurve) curves.runs[String(r.taskId)] = r.reservedCurve;
   try {
-    await writeTracePlots(plotFiles, traces, results, recorded);
-    for (const r of results) delete r.reservedCurve;
-    writeOutputFile(resultsFile!, JSON.stringify({ date, machine, command, recorded, results }, null, 1) + "\n");
-    writeOutputFile(summaryFile!, markdownSummary({ date, machine, command, results, recorded }));
+    writeOutputs(targets, { date, machine, command, plan, shard: a.shard, recorded, results }, curves);
   } catch (e) {
     if (e instanceof OutputError) fail(e.message, 3);
     throw e;
   }
-  process.stderr.write(`wrote ${join(a.out, "results.json")}, summary.md and ${traces.length} plots in ${((Date.now() - t0) / 1000).toFixed(0)} s\n`);
+  const what = a.shard ? `shard ${a.shard.index}/${a.shard.count} (${mine.length} of ${tasks.length} tasks; merge the shards for the plots)` : `${traces.length} plots`;
+  process.stderr.write(`wrote ${join(a.out, "results.json")}, summary.md and ${what} in ${((Date.now() - t0) / 1000).toFixed(0)} s\n`);
   const bad = results.filter((r) => r.error || r.integrityErrors > 0);
   if (bad.length) {
     process.stderr.write(`${bad.length} runs failed or found integrity errors\n`);

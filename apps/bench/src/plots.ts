@@ -1,11 +1,34 @@
 import { writeOutputFile, type OutputTarget } from "@gmlake/output";
 import { plotSvg, sampleTimeline, type PlotSeries } from "@gmlake/trace";
 import type { Recorded } from "./recorded.js";
-import { loadSnapshot, type TaskResult } from "./task.js";
+import { loadSnapshot, type Curve, type TaskResult } from "./task.js";
+
+/** A trace's own curves (what PyTorch did), kept in curves.json so that `merge` can draw without the traces. */
+export interface RecordedCurves {
+  allocated: Curve;
+  reserved: Curve;
+}
+
+/** The curves a run writes beside results.json: the traces' own, and each sim run's reserved bytes by task id. */
+export interface CurvesFile {
+  recorded: Record<string, RecordedCurves>;
+  runs: Record<string, Curve>;
+}
+
+export async function recordedCurves(path: string): Promise<RecordedCurves> {
+  const s = await loadSnapshot(path);
+  const tl = sampleTimeline(s.events);
+  return {
+    allocated: { startUs: tl.startUs, timeUs: Array.from(tl.allocated.timeUs), bytes: Array.from(tl.allocated.bytes) },
+    reserved: { startUs: tl.startUs, timeUs: Array.from(tl.reserved.timeUs), bytes: Array.from(tl.reserved.bytes) },
+  };
+}
+
+const series = (c: Curve) => ({ timeUs: Float64Array.from(c.timeUs), bytes: Float64Array.from(c.bytes) });
 
 /**
- * One SVG per trace: the trace's allocated bytes, PyTorch's recorded reserved, and each
- * policy's reserved over its sim replay (the curves come back from the workers).
+ * One SVG per trace: each policy's reserved over its sim replay, the trace's allocated
+ * bytes, and PyTorch's recorded reserved on top.
  */
 /** The SVG's file name for a trace label (sub-folders flattened). */
 export function plotFileName(trace: string): string {
@@ -13,20 +36,19 @@ export function plotFileName(trace: string): string {
 }
 
 /** `files[i]` is the checked output for `traces[i]`. */
-export async function writeTracePlots(files: readonly OutputTarget[], traces: { trace: string; path: string }[], results: TaskResult[], recorded: Recorded[]): Promise<void> {
-  for (const [i, t] of traces.entries()) {
-    const s = await loadSnapshot(t.path);
-    const rec = sampleTimeline(s.events);
-    const mode = recorded.find((r) => r.trace === t.trace)?.mode ?? "caching";
-    const series: PlotSeries[] = [
-      { label: "allocated (trace)", allocated: rec.allocated, startUs: rec.startUs },
-      { label: `PyTorch ${mode} (recorded)`, reserved: rec.reserved, startUs: rec.startUs },
-    ];
+export function writeTracePlots(files: readonly OutputTarget[], traces: readonly string[], results: readonly TaskResult[], recorded: readonly Recorded[], curves: CurvesFile): void {
+  for (const [i, trace] of traces.entries()) {
+    const rec = curves.recorded[trace];
+    if (!rec || !files[i]) continue;
+    const mode = recorded.find((r) => r.trace === trace)?.mode ?? "caching";
+    const s: PlotSeries[] = [];
     for (const r of results) {
-      const c = r.reservedCurve;
-      if (r.trace !== t.trace || !c) continue;
-      series.push({ label: r.policy, reserved: { timeUs: Float64Array.from(c.timeUs), bytes: Float64Array.from(c.bytes) }, startUs: c.startUs });
+      const c = curves.runs[String(r.taskId)];
+      if (r.trace !== trace || !c) continue;
+      s.push({ label: r.policy, reserved: series(c), startUs: c.startUs });
     }
-    writeOutputFile(files[i]!, plotSvg(series, { title: `${t.trace}: allocated vs reserved`, subtitle: "each allocator replayed on the same requests (sim driver)" }));
+    s.push({ label: "allocated", allocated: series(rec.allocated), startUs: rec.allocated.startUs, color: "#7f7f7f" });
+    s.push({ label: `PyTorch ${mode} (recorded)`, reserved: series(rec.reserved), startUs: rec.reserved.startUs, emphasis: "recorded" });
+    writeOutputFile(files[i]!, plotSvg(s, { title: `${trace}: reserved per allocator vs allocated`, subtitle: "dashed: each allocator replayed on the same requests (sim driver); dotted black: what PyTorch reserved; peaks in GiB" }));
   }
 }

@@ -69,3 +69,53 @@ describe("gmlake-bench", () => {
     expect(readFileSync(join(out, "summary.md"), "utf8")).not.toBe(md);
   });
 });
+
+describe.skipIf(!haveTraces)("--shard and merge", () => {
+  /** A row without what differs between two runs of the same task: its wall time and speed. */
+  const steady = (r: Record<string, unknown>) => {
+    const { wallMs: _w, eventsPerSecond: _e, ...rest } = r;
+    return rest;
+  };
+
+  it("three shards merged equal one whole run: the same rows, recorded figures and plots", () => {
+    const root = mkdtempSync(join(tmpdir(), "gmlake-shards-"));
+    const args = ["--traces", SMALL, "--only", "train,default", "--capacity-factor", "1.05"];
+    const whole = bench([...args, "--out", join(root, "whole")]);
+    expect(whole.status, whole.stderr).toBe(0);
+    for (let i = 0; i < 3; i++) {
+      const s = bench([...args, "--shard", `${i}/3`, "--out", join(root, `s${i}`)]);
+      expect(s.status, s.stderr).toBe(0);
+      // a shard draws no plots: they would miss the other shards' policies
+      expect(readdirSync(join(root, `s${i}`)).filter((f) => f.endsWith(".svg"))).toEqual([]);
+    }
+    // the order the folders are given in does not matter
+    const m = bench(["merge", join(root, "s2"), join(root, "s0"), join(root, "s1"), "--out", join(root, "merged")]);
+    expect(m.status, m.stderr).toBe(0);
+    const a = JSON.parse(readFileSync(join(root, "whole", "results.json"), "utf8"));
+    const b = JSON.parse(readFileSync(join(root, "merged", "results.json"), "utf8"));
+    expect(b.shard).toBeNull();
+    expect(b.plan).toEqual(a.plan);
+    expect(b.recorded).toEqual(a.recorded);
+    expect(b.results.length).toBe(a.plan.tasks);
+    expect(b.results.map(steady)).toEqual(a.results.map(steady));
+    const svgs = readdirSync(join(root, "whole")).filter((f) => f.endsWith(".svg")).sort();
+    expect(svgs.length).toBeGreaterThan(1);
+    expect(readdirSync(join(root, "merged")).filter((f) => f.endsWith(".svg")).sort()).toEqual(svgs);
+    for (const f of svgs) expect(readFileSync(join(root, "merged", f), "utf8")).toBe(readFileSync(join(root, "whole", f), "utf8"));
+    expect(readFileSync(join(root, "merged", "summary.md"), "utf8")).toMatch(/merged from 3 shards/);
+
+    // a missing shard, a shard twice, a shard of another sweep: bad input, one line, exit 2
+    const missing = bench(["merge", join(root, "s0"), join(root, "s1"), "--out", join(root, "x")]);
+    expect(missing.status).toBe(2);
+    expect(missing.stderr).toMatch(/missing shard\(s\) 2\/3/);
+    const twice = bench(["merge", join(root, "s0"), join(root, "s0"), join(root, "s1"), "--out", join(root, "x")]);
+    expect(twice.status).toBe(2);
+    expect(twice.stderr).toMatch(/given twice/);
+    const other = bench(["--traces", SMALL, "--only", "train", "--shard", "2/3", "--out", join(root, "o2")]);
+    expect(other.status, other.stderr).toBe(0);
+    const mixed = bench(["merge", join(root, "s0"), join(root, "s1"), join(root, "o2"), "--out", join(root, "x")]);
+    expect(mixed.status).toBe(2);
+    expect(mixed.stderr).toMatch(/another sweep/);
+    expect(bench(["--shard", "3/3"]).stderr).toMatch(/invalid --shard '3\/3'/);
+  }, 240_000);
+});

@@ -15,6 +15,8 @@ export class UsageError extends Error {
 export const EXIT_OK = 0;
 export const EXIT_INTERNAL = 1;
 export const EXIT_BAD_INPUT = 2;
+/** verify: the model's decisions differ from the recorded ones (as diff's 1). */
+export const EXIT_MISMATCH = 1;
 export const EXIT_OUTPUT = 3;
 
 /** A result that could not be written (an OutputError of kind "write"). */

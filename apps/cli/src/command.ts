@@ -12,5 +12,6 @@ export interface Command {
   options: OptionSpec;
   /** Whether it takes positional arguments (trace files). */
   positionals: "none" | "one" | "many" | "optional-many";
-  run(values: ParsedValues, positionals: string[]): Promise<void>;
+  /** Resolves to the exit status when it is not 0 (verify: 1 on a mismatch). */
+  run(values: ParsedValues, positionals: string[]): Promise<void | number>;
 }

@@ -43,9 +43,10 @@ export function setReadLimits(flags: unknown): void {
   }
 }
 
-/** Reads a snapshot ('-' is stdin; SnapshotError on bad input, which the CLI reports as exit 2). */
-export async function loadTrace(path: string | undefined): Promise<LoadedTrace> {
+/** Reads a snapshot ('-' is stdin; SnapshotError on bad input, which the CLI reports as exit 2); `frames`: keep the stacks. */
+export async function loadTrace(path: string | undefined, options: { frames?: boolean } = {}): Promise<LoadedTrace> {
   const p = path ?? DEFAULT_TRACE;
-  const snapshot = p === "-" ? await readSnapshotStream(process.stdin, { name: "<stdin>", limits }) : await readSnapshot(p, { limits });
+  const frames = options.frames === true;
+  const snapshot = p === "-" ? await readSnapshotStream(process.stdin, { name: "<stdin>", limits, frames }) : await readSnapshot(p, { limits, frames });
   return { path: p, name: nameOf(path), snapshot };
 }

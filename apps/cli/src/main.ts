@@ -21,7 +21,8 @@ maxStackDepth, maxMemoEntries, maxValueBytes, maxDecodedBytes, maxIntBytes; also
 GMLAKE_READ_LIMITS=NAME=N,NAME=N).
 Without a trace argument, compare runs on a small embedded trace.
 Exit codes: 0 success (an out-of-memory found by a replay is a result), 2 bad input or usage,
-3 an output could not be written (disk full, read-only, stdout closed), 1 internal failure.`;
+3 an output could not be written (disk full, read-only, stdout closed), 1 internal failure,
+or for verify: a mismatch.`;
 
 /** `--export FORMAT FILE` takes two words; parseArgs takes one, so join them as FORMAT=FILE. */
 function joinExportArgs(argv: string[]): string[] {
@@ -38,7 +39,7 @@ function joinExportArgs(argv: string[]): string[] {
   return out;
 }
 
-async function runCommand(cmd: Command, argv: string[]): Promise<void> {
+async function runCommand(cmd: Command, argv: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args: joinExportArgs(argv),
     options: { ...cmd.options, help: { type: "boolean", short: "h" }, limit: { type: "string", multiple: true } },
@@ -47,7 +48,7 @@ async function runCommand(cmd: Command, argv: string[]): Promise<void> {
   });
   if (values.help) {
     printText(cmd.help);
-    return;
+    return 0;
   }
   if (cmd.positionals === "one" && positionals.length !== 1) {
     throw new UsageError(`${cmd.name} takes exactly one trace file (see 'gmlake ${cmd.name} --help')`);
@@ -57,7 +58,7 @@ async function runCommand(cmd: Command, argv: string[]): Promise<void> {
   }
   setReadLimits(values.limit);
   const { limit: _limit, ...rest } = values;
-  await cmd.run(rest, positionals);
+  return (await cmd.run(rest, positionals)) ?? 0;
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -77,8 +78,7 @@ export async function main(argv: string[]): Promise<number> {
     }
     const cmd = COMMANDS.find((c) => c.name === name);
     if (!cmd) throw new UsageError(`unknown command '${name}' (commands: ${COMMANDS.map((c) => c.name).join(", ")})`);
-    await runCommand(cmd, rest);
-    return 0;
+    return await runCommand(cmd, rest);
   } catch (e) {
     // One line, with whatever of the user's data it quotes made safe for a terminal.
     const line = (e instanceof Error ? e.message : String(e)).split("\n")[0]!;

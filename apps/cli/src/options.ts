@@ -22,11 +22,6 @@ export function openDriver(choice: DriverChoice): VmmDriver {
   }
 }
 
-export function parseCapacity(value: unknown): number | undefined {
-  if (value === undefined) return undefined;
-  return parseSize(String(value), "--capacity");
-}
-
 export function parsePolicies(value: unknown, fallback: string[]): string[] {
   const names = value === undefined ? fallback : String(value).split(",").map((s) => s.trim()).filter(Boolean);
   if (names.length === 0) throw new UsageError("--policies needs at least one policy name");

@@ -12,7 +12,9 @@ import {
   toRmmCsv,
   type AllocatorSettings,
   type EventLog,
+  type MemoryVizOptions,
   type PlotSeries,
+  type StackFrame,
 } from "@gmlake/trace";
 import { DEFAULT_TRACE } from "./default-trace.js";
 
@@ -33,12 +35,27 @@ export function printJson(value: unknown): void {
   writeStdout(JSON.stringify(value) + "\n");
 }
 
+/** Where a replay's rows came from: the stacks and annotations of the trace it replayed. */
+export interface ExportContext {
+  settings: AllocatorSettings;
+  /** Per row of the replay's log, the trace event that caused it (ReplayResult.sourceEvents). */
+  sourceEvents?: Int32Array | null;
+  /** Per trace event, its stack (Snapshot.frames, read with frames: true). */
+  frames?: readonly (readonly StackFrame[] | undefined)[];
+  annotations?: MemoryVizOptions["annotations"];
+}
+
 /** The replayed allocator's history in one of the export formats. */
-export function writeExport(format: string, target: OutputTarget, log: EventLog, settings: AllocatorSettings): void {
+export function writeExport(format: string, target: OutputTarget, log: EventLog, x: ExportContext): void {
+  const settings = x.settings;
   switch (format) {
-    case "memory-viz":
-      writeOutputFile(target, exportMemoryViz(log, undefined, { allocatorSettings: settings }).bytes);
+    case "memory-viz": {
+      const src = x.sourceEvents;
+      const frames = x.frames;
+      const framesOf = src && frames ? (row: number) => (row < src.length && src[row]! >= 0 ? frames[src[row]!] : undefined) : undefined;
+      writeOutputFile(target, exportMemoryViz(log, undefined, { allocatorSettings: settings, annotations: x.annotations, framesOf }).bytes);
       return;
+    }
     case "perfetto":
       writeOutputFile(target, JSON.stringify(toChromeTrace(log, { roundupPower2Divisions: settings.roundupPower2Divisions })));
       return;
@@ -50,16 +67,35 @@ export function writeExport(format: string, target: OutputTarget, log: EventLog,
   }
 }
 
+/** A replayed run for a plot: its log, and when it stopped at an out-of-memory, the trace time of that event. */
+export interface PlotRun {
+  label: string;
+  log: EventLog;
+  oomAtUs?: number;
+}
+
 /**
- * One SVG: the trace's allocated bytes and each run's reserved bytes over time. The
- * recorded trace's own reserved curve (what PyTorch did) is drawn too.
+ * The SVG of a trace: its allocated bytes, each run's reserved bytes over time, and PyTorch's
+ * own recorded reserved curve on top (what PyTorch did), the capacity line and the
+ * out-of-memory markers.
  */
-export function writePlot(target: OutputTarget, title: string, runs: { label: string; log: EventLog }[], recorded: EventLog): void {
+export function plotOf(title: string, runs: readonly PlotRun[], recorded: EventLog, o: { capacityBytes?: number | null; capacityLabel?: string; recordedMode?: string } = {}): string {
   const rec = sampleTimeline(recorded);
-  const series: PlotSeries[] = [{ label: "allocated (trace)", allocated: rec.allocated, startUs: rec.startUs }, { label: "PyTorch (recorded)", reserved: rec.reserved, startUs: rec.startUs }];
+  const series: PlotSeries[] = [];
   for (const r of runs) {
     const tl = sampleTimeline(r.log);
-    series.push({ label: r.label, reserved: tl.reserved, startUs: tl.startUs });
+    series.push({ label: r.label, reserved: tl.reserved, startUs: tl.startUs, oomAtUs: r.oomAtUs });
   }
-  writeOutputFile(target, plotSvg(series, { title: `${title}: allocated vs reserved`, subtitle: "reserved per allocator policy, replayed on the same requests" }));
+  series.push({ label: "allocated", allocated: rec.allocated, startUs: rec.startUs, color: "#7f7f7f" });
+  series.push({ label: `PyTorch ${o.recordedMode ?? ""} (recorded)`.replace("  ", " "), reserved: rec.reserved, startUs: rec.startUs, emphasis: "recorded" });
+  return plotSvg(series, {
+    title: `${title}: reserved per allocator vs allocated`,
+    subtitle: "dashed: each allocator's reserved, replayed on the same requests; dotted black: what PyTorch reserved; grey: allocated; peaks in GiB",
+    capacityBytes: o.capacityBytes ?? undefined,
+    capacityLabel: o.capacityLabel,
+  });
+}
+
+export function writePlot(target: OutputTarget, title: string, runs: readonly PlotRun[], recorded: EventLog, o: { capacityBytes?: number | null; capacityLabel?: string; recordedMode?: string } = {}): void {
+  writeOutputFile(target, plotOf(title, runs, recorded, o));
 }

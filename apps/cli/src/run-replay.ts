@@ -11,6 +11,8 @@ export interface RunOptions {
   checkInvariants?: boolean;
   /** Keep the allocator's event log (for plots and exports). */
   record?: boolean;
+  /** With record: map each row of the log to the trace event that caused it (stacks in exports). */
+  sources?: boolean;
 }
 
 export function runReplay(t: LoadedTrace, o: RunOptions): { row: ReplayRow; result: ReplayResult } {
@@ -27,6 +29,7 @@ export function runReplay(t: LoadedTrace, o: RunOptions): { row: ReplayRow; resu
         integrity: o.integrity ?? (driver.name !== "sim"),
         checkInvariants: o.checkInvariants ?? false,
         recorder: o.record ? undefined : null,
+        sources: o.record === true && o.sources === true,
         onOom: "stop",
         pools: privatePoolTags(s.events, s.segments),
       }),

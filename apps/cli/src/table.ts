@@ -19,3 +19,23 @@ export function markdownTable<T>(rows: readonly T[], columns: readonly Column<T>
   const body = rows.map((r) => `| ${columns.map((c) => c.value(r).replace(/\|/g, "\\|")).join(" | ")} |`);
   return [head, rule, ...body].join("\n");
 }
+
+/** Text wrapped at `width` columns on word boundaries; continuation lines indented by `indent`. */
+export function wrap(text: string, width = 100, indent = "  "): string {
+  const out: string[] = [];
+  let line = "";
+  for (const word of text.split(/\s+/).filter(Boolean)) {
+    const next = line ? `${line} ${word}` : word;
+    if (next.length > width && line) {
+      out.push(line);
+      line = indent + word;
+    } else line = next;
+  }
+  if (line) out.push(line);
+  return out.join("\n");
+}
+
+/** A cell no wider than `max` (the table's 100 columns): the end kept, the start elided. */
+export function fitCell(s: string, max: number): string {
+  return s.length <= max ? s : `…${s.slice(s.length - max + 1)}`;
+}

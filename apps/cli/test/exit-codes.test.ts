@@ -89,7 +89,7 @@ describe("results exit 0", () => {
     }
   });
   it("an out-of-memory under --capacity is a result", () => {
-    const r = cli(["replay", "--policy", "caching", "--capacity", "1GiB", "--json"]);
+    const r = cli(["replay", "--policy", "caching", "--capacity", "2GiB", "--json"]);
     expect(r.code, r.stderr).toBe(0);
     const j = JSON.parse(r.stdout);
     expect(j.oom).not.toBeNull();

@@ -25,9 +25,11 @@ export { ExpandableAllocator, expandablePolicy, type ExpandableOptions } from ".
 export { VmsAllocator, vmsPolicy, type VmsOptions } from "./policies/vms.js";
 export { GmlakeAllocator, gmlakePolicy, type GmlakeOptions } from "./policies/gmlake.js";
 export { BUILTIN_POLICIES } from "./policies/builtin.js";
-export { replay, type ReplayOptions, type ReplayResult, type OomReport } from "./replay.js";
+export { replay, type ReplayOptions, type ReplayResult, type ReplayProbe, type OomReport } from "./replay.js";
 export { replayRow, type ReplayRow } from "./replay-row.js";
 export { verify, type VerifyOptions, type VerifyResult, type SnapshotLike, type SegmentEvent } from "./verify.js";
 export { AddressOracleDriver } from "./address-oracle.js";
 export { planTrace, type TracePlan } from "./pairing.js";
 export { privatePoolTags, poolStreamKey } from "./private-pools.js";
+export { smallestCapacity, FIT_RESOLUTION, type FitOptions, type FitResult } from "./fit.js";
+export { memoryAtPeak, memoryState, type MemoryState, type PoolFigures, type FreeBucket } from "./peak-state.js";

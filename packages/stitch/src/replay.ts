@@ -34,6 +34,20 @@ export interface ReplayOptions {
   chunkSizes?: number[];
   /** Per-event private pool ordinals (privatePoolTags(log, snapshot.segments)); 0 = default pools. */
   pools?: Uint32Array | null;
+  /** Replay only events [0, until) (default: all): the state at an event, e.g. a policy's peak. */
+  until?: number;
+  /** Called once the events are replayed, before teardown: the allocators and the blocks live then. */
+  probe?: (state: ReplayProbe) => void;
+  /** Keep, per recorder row, the index of the trace event that caused it (ReplayResult.sourceEvents). */
+  sources?: boolean;
+}
+
+/** What a probe sees: one allocator per device (undefined for devices without events) and every live block. */
+export interface ReplayProbe {
+  engines: readonly (Allocator | undefined)[];
+  liveBlocks: readonly Block[];
+  /** Events replayed: `until`, or the index of the out-of-memory that stopped the replay. */
+  events: number;
 }
 
 export interface OomReport {
@@ -62,6 +76,12 @@ export interface ReplayResult {
   peakActiveBytes: number;
   /** Peak reserved: physical handles + plain segments (PyTorch's max_memory_reserved). */
   peakReservedBytes: number;
+  /**
+   * The trace event after which reserved bytes were at their peak with the most requested
+   * bytes live: the tightest moment of the peak, where fragmentation costs what it costs
+   * (-1 when nothing was reserved).
+   */
+  peakReservedEventIndex: number;
   /** peakRequestedBytes / peakReservedBytes: the same numerator for every policy (1 when nothing was reserved). */
   utilization: number;
   /** First out-of-memory of the replay (a recorded oom that fails again is not one). */
@@ -84,6 +104,8 @@ export interface ReplayResult {
   counters: Record<string, number>;
   /** The recorder: allocator and segment events, for exports and plots. */
   log: EventLog | null;
+  /** With `sources`: per row of `log`, the trace event that caused it (-1: teardown or none). */
+  sourceEvents: Int32Array | null;
   perDevice: { device: number; peakRequestedBytes: number; peakAllocatedBytes: number; peakReservedBytes: number }[];
 }
 
@@ -111,7 +133,10 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
   const driver = o.capacity !== undefined ? withCapacity(o.driver, o.capacity) : o.driver;
   const plan = planTrace(log);
   checkTrace(log, plan); // hostile or corrupt streams: one BAD_TRACE error naming the event
-  const n = log.length;
+  if (o.until !== undefined && !(Number.isSafeInteger(o.until) && o.until >= 0)) {
+    throw new StitchError("BAD_ARGUMENT", `Expected a non-negative integer event index for until but received ${o.until}`);
+  }
+  const n = o.until === undefined ? log.length : Math.min(o.until, log.length);
   const onOomStop = (o.onOom ?? "stop") === "stop";
   // one recorder for every device
   const recorder = o.recorder === undefined ? new EventLog(n + 4096) : o.recorder;
@@ -126,7 +151,7 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
       integrity: o.integrity,
       chunkSizes: o.chunkSizes,
     });
-  const st = new ReplayLoop(log, plan.ref, plan.emptyCache, o.pools ?? null, o.device, onOomStop, makeEngine);
+  const st = new ReplayLoop(log, plan.ref, plan.emptyCache, o.pools ?? null, o.device, onOomStop, makeEngine, o.sources && recorder ? recorder : null);
   const engines = st.engines;
   const mid = n >> 1;
   const s0 = driver.stats();
@@ -167,6 +192,15 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     for (const [k, v] of Object.entries(e.instance.counters?.() ?? {})) counters[k] = (counters[k] ?? 0) + v;
   }
   if (o.checkInvariants) for (const e of engines) e?.check();
+  const sourceEvents = st.sourceRows();
+  if (o.probe) {
+    const liveBlocks: Block[] = [];
+    for (let r = 0; r < n; r++) {
+      const b = st.blocks[r];
+      if (b !== null && b !== undefined && b.allocated) liveBlocks.push(b);
+    }
+    o.probe({ engines, liveBlocks, events: i });
+  }
   if (o.teardown ?? true) {
     for (const e of engines) e?.close(); // each frees the blocks it still has live
   }
@@ -185,6 +219,7 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     peakAllocatedBytes: peakAllocated,
     peakActiveBytes: peakActive,
     peakReservedBytes: peakReserved,
+    peakReservedEventIndex: st.peakIndex,
     utilization: peakReserved > 0 ? peakRequested / peakReserved : 1,
     oom,
     ooms,
@@ -202,6 +237,7 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     integrityChecked,
     counters,
     log: recorder,
+    sourceEvents,
     perDevice,
   };
 }
@@ -219,6 +255,12 @@ class ReplayLoop {
   reproduced = 0;
   served = 0;
   emptyCalls = 0;
+  /** Event index where reserved was at its peak with the most requested bytes live (the tightest moment). */
+  peakIndex = -1;
+  private peakSeen = 0;
+  private peakRequested = -1;
+  private src: Int32Array | null = null;
+  private tagged = 0;
   private readonly kind: Uint8Array;
   private readonly size: Float64Array;
   private readonly sid: Uint32Array;
@@ -234,7 +276,13 @@ class ReplayLoop {
     private readonly only: number | undefined,
     private readonly stopOnOom: boolean,
     private readonly makeEngine: (device: number) => Allocator,
+    private readonly sources: EventLog | null = null,
   ) {
+    if (sources !== null) {
+      this.src = new Int32Array(Math.max(1024, log.length * 2));
+      this.tagged = sources.length;
+      this.src.fill(-1, 0, this.tagged);
+    }
     this.blocks = new Array<Block | null>(log.length).fill(null);
     this.kind = log.kind;
     this.size = log.size;
@@ -251,6 +299,7 @@ class ReplayLoop {
       const k = kind[i]!;
       if (k > EventKind.freeCompleted) {
         if (k === EventKind.oom || k === EventKind.emptyCache || k === EventKind.segmentFree || k === EventKind.segmentUnmap) this.rare(i, k);
+        if (this.src !== null) this.tag(i);
         continue;
       }
       const d = dev[i]!;
@@ -260,8 +309,13 @@ class ReplayLoop {
         e.ctx.nowUs = times[i]!;
         const p = pools === null ? 0 : pools[i]!;
         const b = e.tryMalloc(size[i]!, p === 0 ? streams[sid[i]!]! : poolStreamKey(p, sid[i]!));
-        if (b !== null) blocks[i] = b;
-        else if (this.failed(i, e)) return i;
+        if (b !== null) {
+          blocks[i] = b;
+          if (e.stats.reservedBytes >= this.peakSeen) this.newPeak(i, e);
+        } else if (this.failed(i, e)) {
+          if (this.src !== null) this.tag(i);
+          return i;
+        }
       } else {
         const r = ref[i]!;
         if (r < 0) continue;
@@ -275,8 +329,38 @@ class ReplayLoop {
           blocks[r] = null;
         }
       }
+      if (this.src !== null) this.tag(i);
     }
     return to;
+  }
+
+  /** Reserved at (or above) its peak so far: keep the moment with the most requested bytes live. */
+  private newPeak(i: number, e: Allocator): void {
+    const st = e.stats;
+    if (st.reservedBytes === this.peakSeen && st.requestedBytes <= this.peakRequested) return;
+    this.peakSeen = st.reservedBytes;
+    this.peakRequested = st.requestedBytes;
+    this.peakIndex = i;
+  }
+
+  /** Rows recorded since the last call came from event i. */
+  private tag(i: number): void {
+    const n = this.sources!.length;
+    if (n === this.tagged) return;
+    let src = this.src!;
+    if (n > src.length) {
+      const bigger = new Int32Array(Math.max(n, src.length * 2));
+      bigger.set(src);
+      src = this.src = bigger;
+    }
+    src.fill(i, this.tagged, n);
+    this.tagged = n;
+  }
+
+  /** Per recorder row, its source event; rows after the replay (teardown) get -1. */
+  sourceRows(): Int32Array | null {
+    if (this.src === null) return null;
+    return this.src.subarray(0, this.tagged);
   }
 
   private engineFor(d: number): Allocator {
@@ -316,6 +400,7 @@ class ReplayLoop {
       if (b === null) this.reproduced++;
       else {
         this.served++;
+        if (e.stats.reservedBytes >= this.peakSeen) this.newPeak(i, e);
         e.free(b);
       }
     } else if (this.empty[i] === 1) {

@@ -1,4 +1,4 @@
-import type { AllocatorSettings, EventLog, SegmentState } from "@gmlake/trace";
+import type { AllocatorSettings, EventLog, SegmentState, StackFrame } from "@gmlake/trace";
 import type { ReadLimits } from "./read-limits.js";
 
 export type { BlockState, SegmentState } from "@gmlake/trace";
@@ -11,12 +11,8 @@ export interface Annotation {
   timeUs: number;
 }
 
-/** One stack frame (only kept with `frames: true`). */
-export interface Frame {
-  name: string;
-  filename: string;
-  line: number;
-}
+/** One stack frame (only kept with `frames: true`): @gmlake/trace's StackFrame. */
+export type Frame = StackFrame;
 
 /** A block or segment that had to be invented because its history fell off the ring buffer. */
 export interface ReconstructedBlock {

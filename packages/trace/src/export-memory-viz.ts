@@ -4,12 +4,19 @@ import type { EventLog } from "./event-log.js";
 import { PickleWriter, PyFloat, PyTuple, type PickleValue } from "./pickle-writer.js";
 import { roundSize } from "./round-size.js";
 import type { BlockState, SegmentState } from "./segment-state.js";
+import type { StackFrame } from "./stack-frame.js";
 
 export interface MemoryVizOptions {
   /** Written as allocator_settings (its `raw` keys when present). */
   allocatorSettings?: AllocatorSettings;
   /** external_annotations entries. */
   annotations?: ReadonlyArray<{ stage: string; name: string; device: number; timeUs: number }>;
+  /**
+   * The stack of the event at a row of the log (a replay maps its rows to the trace events
+   * that caused them): written as the entry's `frames`, and as the frames of the blocks and
+   * segments live at the end, so PyTorch's viewer can say which code holds the memory.
+   */
+  framesOf?: (row: number) => readonly StackFrame[] | undefined;
 }
 
 export interface MemoryVizExport {
@@ -29,7 +36,8 @@ for (const [action, kind] of Object.entries(TORCH_ACTIONS)) ACTION_OF[kind] = ac
  * from that state, so it must agree with the events).
  */
 export function exportMemoryViz(log: EventLog, segmentsState?: readonly SegmentState[], options: MemoryVizOptions = {}): MemoryVizExport {
-  const segments = segmentsState ?? deriveSegments(log);
+  const framesOf = options.framesOf;
+  const segments = segmentsState ?? deriveSegments(log, framesOf);
   const w = new PickleWriter();
   const skipped: Record<string, number> = {};
   let devices = 0;
@@ -64,7 +72,7 @@ export function exportMemoryViz(log: EventLog, segmentsState?: readonly SegmentS
       w.str("time_us").int(log.timeUs[i]);
       w.str("compile_context").str("N/A");
       w.str("user_metadata").str("");
-      w.str("frames").emptyList();
+      writeFrames(w, framesOf?.(i));
       w.setItems();
     });
   });
@@ -75,6 +83,15 @@ export function exportMemoryViz(log: EventLog, segmentsState?: readonly SegmentS
   w.value(ann.map((a) => ({ stage: a.stage, name: a.name, device: a.device, time_us: a.timeUs })));
   w.setItems();
   return { bytes: w.finish(), skipped };
+}
+
+function writeFrames(w: PickleWriter, frames: readonly StackFrame[] | undefined): void {
+  w.str("frames");
+  if (frames === undefined || frames.length === 0) {
+    w.emptyList();
+    return;
+  }
+  w.value(frames.map((f) => ({ name: f.name, filename: f.filename, line: f.line })));
 }
 
 function writeSegment(w: PickleWriter, s: SegmentState): void {
@@ -89,9 +106,13 @@ function writeSegment(w: PickleWriter, s: SegmentState): void {
     segment_type: s.segmentType,
     segment_pool_id: new PyTuple(s.poolId ?? [0, 0]),
     is_expandable: s.isExpandable,
-    frames: [],
-    blocks: s.blocks.map((b) => ({ address: b.address, size: b.size, requested_size: b.requestedSize, state: b.state, frames: [] })),
+    frames: framesValue(s.frames),
+    blocks: s.blocks.map((b) => ({ address: b.address, size: b.size, requested_size: b.requestedSize, state: b.state, frames: framesValue(b.frames) })),
   });
+}
+
+function framesValue(frames: readonly StackFrame[] | undefined): PickleValue {
+  return (frames ?? []).map((f) => ({ name: f.name, filename: f.filename, line: f.line }));
 }
 
 function settingsValue(s: AllocatorSettings | undefined): PickleValue {
@@ -117,9 +138,9 @@ function settingsValue(s: AllocatorSettings | undefined): PickleValue {
  * and free_completed) and inactive gaps between them. Live blocks outside any segment
  * (logs without segment events) get a segment of their own.
  */
-export function deriveSegments(log: EventLog): SegmentState[] {
-  const segs = new Map<string, { device: number; addr: number; size: number; stream: number; expandable: boolean }>();
-  const blocks = new Map<string, { device: number; addr: number; size: number; stream: number; pending: boolean }>();
+export function deriveSegments(log: EventLog, framesOf?: (row: number) => readonly StackFrame[] | undefined): SegmentState[] {
+  const segs = new Map<string, { device: number; addr: number; size: number; stream: number; expandable: boolean; row: number }>();
+  const blocks = new Map<string, { device: number; addr: number; size: number; stream: number; pending: boolean; row: number }>();
   for (let i = 0; i < log.length; i++) {
     const d = log.device[i];
     const key = `${d}:${log.addr[i]}`;
@@ -127,14 +148,14 @@ export function deriveSegments(log: EventLog): SegmentState[] {
     switch (log.kind[i]) {
       case EventKind.segmentAlloc:
       case EventKind.segmentMap:
-        segs.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, expandable: log.kind[i] === EventKind.segmentMap });
+        segs.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, expandable: log.kind[i] === EventKind.segmentMap, row: i });
         break;
       case EventKind.segmentFree:
       case EventKind.segmentUnmap:
         segs.delete(key);
         break;
       case EventKind.alloc:
-        blocks.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, pending: false });
+        blocks.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, pending: false, row: i });
         break;
       case EventKind.freeRequested: {
         const b = blocks.get(key);
@@ -168,7 +189,7 @@ export function deriveSegments(log: EventLog): SegmentState[] {
       used.add(j);
       if (b.addr > cur) inside.push({ address: cur, size: b.addr - cur, requestedSize: 0, state: "inactive" });
       const size = Math.min(roundSize(b.size), s.addr + s.size - b.addr);
-      inside.push({ address: b.addr, size, requestedSize: b.size, state: b.pending ? "active_pending_free" : "active_allocated" });
+      inside.push({ address: b.addr, size, requestedSize: b.size, state: b.pending ? "active_pending_free" : "active_allocated", frames: framesOf?.(b.row) });
       if (!b.pending) allocated += size;
       active += size;
       requested += b.size;
@@ -178,6 +199,7 @@ export function deriveSegments(log: EventLog): SegmentState[] {
     out.push({
       device: s.device, address: s.addr, totalSize: s.size, allocatedSize: allocated, activeSize: active, requestedSize: requested,
       stream: s.stream, segmentType: s.size <= 2 * 1024 * 1024 && !s.expandable ? "small" : "large", isExpandable: s.expandable, poolId: [0, 0], blocks: inside,
+      frames: framesOf?.(s.row),
     });
   }
   live.forEach((b, j) => {
@@ -186,7 +208,8 @@ export function deriveSegments(log: EventLog): SegmentState[] {
     out.push({
       device: b.device, address: b.addr, totalSize: size, allocatedSize: b.pending ? 0 : size, activeSize: size, requestedSize: b.size,
       stream: b.stream, segmentType: size <= 1024 * 1024 ? "small" : "large", isExpandable: false, poolId: [0, 0],
-      blocks: [{ address: b.addr, size, requestedSize: b.size, state: b.pending ? "active_pending_free" : "active_allocated" }],
+      blocks: [{ address: b.addr, size, requestedSize: b.size, state: b.pending ? "active_pending_free" : "active_allocated", frames: framesOf?.(b.row) }],
+      frames: framesOf?.(b.row),
     });
   });
   return out.sort((a, b) => a.device - b.device || a.address - b.address);

@@ -9,6 +9,14 @@ export interface PlotSeries {
   startUs?: number;
   /** CSS color (default: from a palette). */
   color?: string;
+  /**
+   * "recorded": what PyTorch itself did (the trace's own curves): drawn last, on top of
+   * every model line (a model that reproduces it exactly would hide it otherwise), black,
+   * thicker, dotted.
+   */
+  emphasis?: "recorded";
+  /** Time (µs, on the series' clock) of an out-of-memory that stopped the run: marked with a cross. */
+  oomAtUs?: number;
 }
 
 export interface PlotOptions {
@@ -16,9 +24,15 @@ export interface PlotOptions {
   subtitle?: string;
   width?: number;
   height?: number;
+  /** A device capacity to draw as a horizontal line (bytes). */
+  capacityBytes?: number;
+  /** Its label (default "capacity X GiB"). */
+  capacityLabel?: string;
 }
 
 const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
+const RECORDED_COLOR = "#111111";
+const CAPACITY_COLOR = "#b00020";
 const GiB = 2 ** 30;
 
 /** A run of sampleTimeline as a plot series. */
@@ -55,20 +69,44 @@ function timeUnit(spanUs: number): { div: number; name: string } {
 /**
  * Allocated vs reserved memory over time for one or more runs, as a standalone SVG string:
  * GiB axis with nice ticks, time axis from each run's start, a solid line for allocated and a
- * dashed one for reserved per run (steps: memory holds its value between events), a legend
- * with peaks, and a title.
+ * dashed one for reserved per run (steps: memory holds its value between events), the
+ * recorded run on top in its own style, an optional capacity line, a cross where a run
+ * ran out of memory, and a compact legend (entries side by side, wrapping) with peaks.
  */
 export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}): string {
   const W = options.width ?? 960;
   const H = options.height ?? 480;
   const title = options.title ?? "GPU memory over time";
-  const legendRows = series.length;
-  const top = 44 + (options.subtitle ? 18 : 0) + legendRows * 20 + 8;
-  const left = 72, right = 24, bottom = 48;
+  const left = 64, right = 20, bottom = 46;
   const pw = W - left - right;
+  const colors = series.map((s, i) => s.color ?? (s.emphasis === "recorded" ? RECORDED_COLOR : PALETTE[i % PALETTE.length]));
+
+  // Legend entries laid out in rows across the plot's width.
+  const peak = (c?: TimelineSeries): number => (c ? c.bytes.reduce((m, v) => (v > m ? v : m), 0) : 0);
+  const entries = series.map((s, i) => {
+    const r = s.reserved ? (peak(s.reserved) / GiB).toFixed(2) : null;
+    const a = s.allocated ? (peak(s.allocated) / GiB).toFixed(2) : null;
+    const peaks = r !== null && a !== null ? `reserved ${r} / allocated ${a}` : (r ?? a ?? "0.00");
+    const text = `${s.label} ${peaks} GiB${s.oomAtUs !== undefined ? " (OOM)" : ""}`;
+    const swatches = r !== null && a !== null ? 2 : 1;
+    return { i, text, swatches, width: 28 * swatches + Math.ceil(text.length * 6.4) + 16 };
+  });
+  const legendTop = 40 + (options.subtitle ? 16 : 0);
+  const placed: { i: number; text: string; swatches: number; x: number; y: number }[] = [];
+  let lx = left;
+  let ly = legendTop;
+  for (const e of entries) {
+    if (lx + e.width > left + pw && lx > left) {
+      lx = left;
+      ly += 17;
+    }
+    placed.push({ i: e.i, text: e.text, swatches: e.swatches, x: lx, y: ly });
+    lx += e.width;
+  }
+  const top = (entries.length ? ly + 14 : legendTop) + 6;
   const ph = H - top - bottom;
 
-  let maxY = 0;
+  let maxY = options.capacityBytes ?? 0;
   let maxT = 0;
   const starts = series.map((s) => {
     let st = s.startUs ?? Infinity;
@@ -97,8 +135,8 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
   const out: string[] = [];
   out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="Helvetica, Arial, sans-serif">`);
   out.push(`<rect width="${W}" height="${H}" fill="#ffffff"/>`);
-  out.push(`<text x="${W / 2}" y="26" text-anchor="middle" font-size="17" font-weight="bold" fill="#222">${esc(title)}</text>`);
-  if (options.subtitle) out.push(`<text x="${W / 2}" y="46" text-anchor="middle" font-size="12" fill="#555">${esc(options.subtitle)}</text>`);
+  out.push(`<text x="${W / 2}" y="24" text-anchor="middle" font-size="16" font-weight="bold" fill="#222">${esc(title)}</text>`);
+  if (options.subtitle) out.push(`<text x="${W / 2}" y="42" text-anchor="middle" font-size="12" fill="#555">${esc(options.subtitle)}</text>`);
 
   // Grid and axes.
   for (let v = 0; v <= yMax + 1e-9; v += yStep) {
@@ -112,9 +150,15 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
     out.push(`<text x="${x}" y="${top + ph + 18}" text-anchor="middle" font-size="12" fill="#333">${fmt(v, xStep)}</text>`);
   }
   out.push(`<text x="${left + pw / 2}" y="${H - 10}" text-anchor="middle" font-size="13" fill="#222">time (${unit.name})</text>`);
-  out.push(`<text transform="translate(18 ${top + ph / 2}) rotate(-90)" text-anchor="middle" font-size="13" fill="#222">memory (GiB)</text>`);
+  out.push(`<text transform="translate(16 ${top + ph / 2}) rotate(-90)" text-anchor="middle" font-size="13" fill="#222">memory (GiB)</text>`);
 
-  // Curves: reserved first (dashed, behind), then allocated.
+  if (options.capacityBytes !== undefined) {
+    const y = Y(options.capacityBytes).toFixed(1);
+    const label = options.capacityLabel ?? `capacity ${(options.capacityBytes / GiB).toFixed(2)} GiB`;
+    out.push(`<line x1="${left}" y1="${y}" x2="${left + pw}" y2="${y}" stroke="${CAPACITY_COLOR}" stroke-width="1.5" stroke-dasharray="10 3 2 3"/>`);
+    out.push(`<text x="${left + pw - 4}" y="${y}" dy="-4" text-anchor="end" font-size="12" fill="${CAPACITY_COLOR}">${esc(label)}</text>`);
+  }
+
   const path = (c: TimelineSeries, t0: number): string => {
     let d = "";
     for (let j = 0; j < c.bytes.length; j++) {
@@ -124,30 +168,37 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
     }
     return d;
   };
-  const colors = series.map((s, i) => s.color ?? PALETTE[i % PALETTE.length]);
+  const stroke = (i: number, kind: "allocated" | "reserved"): string => {
+    if (series[i].emphasis === "recorded") return `stroke="${colors[i]}" stroke-width="2.2" stroke-dasharray="${kind === "allocated" ? "1 0" : "2 3"}" stroke-linecap="round"`;
+    return kind === "allocated" ? `stroke="${colors[i]}" stroke-width="1.4"` : `stroke="${colors[i]}" stroke-width="1.6" stroke-dasharray="7 4"`;
+  };
+  // Model lines first (reserved dashed, then allocated), the recorded run last: on top.
+  const order = [...series.keys()].sort((a, b) => Number(series[a].emphasis === "recorded") - Number(series[b].emphasis === "recorded"));
+  for (const i of order) {
+    const s = series[i];
+    if (s.reserved && s.reserved.bytes.length > 0) out.push(`<path d="${path(s.reserved, starts[i])}" fill="none" ${stroke(i, "reserved")}/>`);
+    if (s.allocated && s.allocated.bytes.length > 0) out.push(`<path d="${path(s.allocated, starts[i])}" fill="none" ${stroke(i, "allocated")}/>`);
+  }
+  // Out-of-memory markers: a cross where the run stopped, at the height it had reached.
   series.forEach((s, i) => {
-    if (s.reserved && s.reserved.bytes.length > 0) out.push(`<path d="${path(s.reserved, starts[i])}" fill="none" stroke="${colors[i]}" stroke-width="1.6" stroke-dasharray="7 4" opacity="0.9"/>`);
-  });
-  series.forEach((s, i) => {
-    if (s.allocated && s.allocated.bytes.length > 0) out.push(`<path d="${path(s.allocated, starts[i])}" fill="none" stroke="${colors[i]}" stroke-width="1.4"/>`);
+    if (s.oomAtUs === undefined) return;
+    const c = s.reserved ?? s.allocated;
+    const v = c && c.bytes.length ? c.bytes[c.bytes.length - 1] : 0;
+    const x = X(s.oomAtUs - starts[i]);
+    const y = Y(options.capacityBytes ?? v);
+    out.push(`<path d="M${(x - 6).toFixed(1)} ${(y - 6).toFixed(1)}L${(x + 6).toFixed(1)} ${(y + 6).toFixed(1)}M${(x - 6).toFixed(1)} ${(y + 6).toFixed(1)}L${(x + 6).toFixed(1)} ${(y - 6).toFixed(1)}" stroke="${colors[i]}" stroke-width="2.5" fill="none"/>`);
+    out.push(`<text x="${(x + 8).toFixed(1)}" y="${(y - 8).toFixed(1)}" font-size="11" font-weight="bold" fill="${colors[i]}">OOM ${esc(s.label)}</text>`);
   });
 
-  // Legend: one row per run.
-  const peak = (c?: TimelineSeries): number => (c ? c.bytes.reduce((m, v) => (v > m ? v : m), 0) : 0);
-  const legendTop = 44 + (options.subtitle ? 18 : 0);
-  series.forEach((s, i) => {
-    const x = left;
-    const y = legendTop + i * 20;
-    const c = colors[i];
-    // Only the curves the run has: a run may carry allocated, reserved or both.
-    if (s.allocated) out.push(`<line x1="${x}" y1="${y}" x2="${x + 22}" y2="${y}" stroke="${c}" stroke-width="2"/>`);
-    if (s.reserved) out.push(`<line x1="${x + 30}" y1="${y}" x2="${x + 52}" y2="${y}" stroke="${c}" stroke-width="2" stroke-dasharray="7 4"/>`);
-    const parts: string[] = [];
-    if (s.allocated) parts.push(`allocated (solid), peak ${(peak(s.allocated) / GiB).toFixed(2)} GiB`);
-    if (s.reserved) parts.push(`reserved (dashed), peak ${(peak(s.reserved) / GiB).toFixed(2)} GiB`);
-    const text = `${s.label}: ${parts.join("; ")}`;
-    out.push(`<text x="${x + 58}" y="${y}" dy="4" font-size="12" fill="#222">${esc(text)}</text>`);
-  });
+  for (const p of placed) {
+    const s = series[p.i];
+    const y = p.y;
+    const kinds: ("reserved" | "allocated")[] = [];
+    if (s.reserved) kinds.push("reserved");
+    if (s.allocated || kinds.length === 0) kinds.push("allocated");
+    kinds.forEach((kind, k) => out.push(`<line x1="${p.x + 28 * k}" y1="${y}" x2="${p.x + 28 * k + 22}" y2="${y}" ${stroke(p.i, kind)}/>`));
+    out.push(`<text x="${p.x + 28 * kinds.length}" y="${y}" dy="4" font-size="12" fill="#222">${esc(p.text)}</text>`);
+  }
   out.push("</svg>");
   return out.join("\n");
 }

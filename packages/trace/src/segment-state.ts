@@ -1,3 +1,5 @@
+import type { StackFrame } from "./stack-frame.js";
+
 /** A block of a segment at dump time (PyTorch snapshot `segments[].blocks[]`). */
 export interface BlockState {
   address: number;
@@ -6,6 +8,8 @@ export interface BlockState {
   /** Requested bytes (stale for inactive blocks). */
   requestedSize: number;
   state: "active_allocated" | "active_pending_free" | "inactive" | string;
+  /** The stack of the block's allocation, when known. */
+  frames?: readonly StackFrame[];
 }
 
 /**
@@ -26,4 +30,6 @@ export interface SegmentState {
   /** segment_pool_id as recorded, e.g. [0, 0]; null when absent. */
   poolId: [number, number] | null;
   blocks: BlockState[];
+  /** The stack of the allocation that made the segment, when known. */
+  frames?: readonly StackFrame[];
 }

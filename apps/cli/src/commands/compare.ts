@@ -1,16 +1,20 @@
 import { computeStats } from "@gmlake/trace";
-import { listPolicies } from "@gmlake/stitch";
-import { checkOutputDir, checkOutputs } from "@gmlake/output";
-import { join } from "node:path";
+import { checkOutputDir, checkOutputs, writeOutputFile } from "@gmlake/output";
+import { basename, join } from "node:path";
 import { UsageError } from "../cli-error.js";
 import type { Command } from "../command.js";
+import { parseBudget, type DeviceBudget } from "../device-budget.js";
+import { advice, fitVerdict, type FitVerdict } from "../fit-verdict.js";
 import { loadTrace, nameOf } from "../load-trace.js";
-import { parseCapacity, parseDriver, parsePolicies, parseSets } from "../options.js";
-import { printJson, printText, traceInputs, writePlot } from "../outputs.js";
+import { parseDriver, parsePolicies, parseSets } from "../options.js";
+import { DEFAULT_POLICIES, defaultPolicies, knobsFor } from "../policy-knobs.js";
+import { memoryAnswers } from "../memory-answers.js";
+import { plotOf, printJson, printText, traceInputs } from "../outputs.js";
+import { reportHtml, type ReportTrace } from "../report.js";
 import { Progress } from "../progress.js";
 import { runReplay, type ReplayRow } from "../run-replay.js";
 import { formatBytes } from "../sizes.js";
-import { markdownTable, textTable, type Column } from "../table.js";
+import { fitCell, markdownTable, textTable, wrap, type Column } from "../table.js";
 
 /** What PyTorch itself recorded in the trace, shown beside the replays. */
 export interface RecordedRow {
@@ -22,25 +26,47 @@ export interface RecordedRow {
   traceDurationUs: number;
 }
 
+/** A replay row of compare: `finished` is false when it stopped at an out-of-memory (its figures end there). */
+export type CompareRow = ReplayRow & { finished: boolean };
+
 export interface CompareJson {
-  rows: ReplayRow[];
+  rows: CompareRow[];
   recorded: RecordedRow[];
+  /** Per trace x policy, the fit search (empty with --no-fit). */
+  fit: FitVerdict[];
+  budget: { capacityBytes: number | null; reserveBytes: number; allocatorBytes: number | null };
+  advice: { trace: string; text: string }[];
 }
 
-const DEFAULT_POLICIES = ["caching", "expandable", "gmlake", "vms"];
+const TRACE_WIDTH = 24;
 
-function gib(b: number): string {
-  return (b / 2 ** 30).toFixed(2);
-}
+const gib = (b: number): string => `${(b / 2 ** 30).toFixed(2)} GiB`;
 
-type Line = { kind: "recorded"; r: RecordedRow } | { kind: "replay"; r: ReplayRow };
+type Line = { kind: "recorded"; r: RecordedRow } | { kind: "replay"; r: CompareRow; fit?: FitVerdict };
 
-const COLUMNS: Column<Line>[] = [
-  { header: "trace", align: "left", value: (l) => l.r.trace },
-  { header: "allocator", align: "left", value: (l) => (l.kind === "recorded" ? `PyTorch ${l.r.mode} (recorded)` : l.r.policy) },
-  { header: "peak requested GiB", value: (l) => gib(l.r.peakRequestedBytes) },
-  { header: "peak reserved GiB", value: (l) => gib(l.r.peakReservedBytes) },
-  { header: "utilization", value: (l) => l.r.utilization.toFixed(3) },
+/** The figures of a replay that stopped at an out-of-memory are not shown as if it had finished. */
+const finished = (l: Line): boolean => l.kind === "recorded" || l.r.finished;
+
+const BASE: Column<Line>[] = [
+  { header: "trace", align: "left", value: (l) => fitCell(l.r.trace, TRACE_WIDTH) },
+  { header: "allocator", align: "left", value: (l) => (l.kind === "recorded" ? "PyTorch (recorded)" : l.r.policy) },
+  { header: "peak reserved", value: (l) => (finished(l) ? gib(l.r.peakReservedBytes) : "OOM") },
+  {
+    header: "waste",
+    value: (l) => {
+      if (!finished(l)) return "-";
+      const w = l.r.peakReservedBytes - l.r.peakRequestedBytes;
+      return `${gib(w)} ${`${l.r.peakReservedBytes > 0 ? Math.round((100 * w) / l.r.peakReservedBytes) : 0}%`.padStart(3)}`;
+    },
+  },
+  { header: "fits", value: (l) => (l.kind === "recorded" || !l.fit || l.fit.fits === null ? "-" : l.fit.fits ? "yes" : "no") },
+  { header: "smallest GPU", value: (l) => (l.kind === "recorded" || !l.fit ? "-" : l.fit.smallestDeviceBytes === null ? "none" : gib(l.fit.smallestDeviceBytes)) },
+];
+
+const VERBOSE: Column<Line>[] = [
+  { header: "headroom", value: (l) => (l.kind === "replay" && l.fit?.headroomBytes != null ? gib(l.fit.headroomBytes) : "-") },
+  { header: "peak requested", value: (l) => (finished(l) ? gib(l.r.peakRequestedBytes) : "-") },
+  { header: "utilization", value: (l) => (finished(l) ? l.r.utilization.toFixed(3) : "-") },
   { header: "OOM", value: (l) => (l.kind === "recorded" ? "" : l.r.oom ? `at #${l.r.oom.eventIndex}` : "no") },
   { header: "driver calls", value: (l) => (l.kind === "recorded" ? "" : String(Object.values(l.r.driverCalls).reduce((a, b) => a + b, 0))) },
   {
@@ -52,118 +78,183 @@ const COLUMNS: Column<Line>[] = [
   },
   { header: "2nd-half calls", value: (l) => (l.kind === "recorded" ? "" : String(l.r.driverCallsSecondHalf)) },
   { header: "M events/s", value: (l) => (l.kind === "recorded" ? "" : (l.r.eventsPerSecond / 1e6).toFixed(2)) },
+  { header: "search replays", value: (l) => (l.kind === "replay" && l.fit ? String(l.fit.searchReplays) : "") },
 ];
 
 export const compareCommand: Command = {
   name: "compare",
-  summary: "replay traces with several policies side by side (the main job)",
+  summary: "replay traces with several policies side by side: waste, fit, smallest GPU (the main job)",
   positionals: "optional-many",
   options: {
     policies: { type: "string", short: "p" },
     driver: { type: "string", short: "d" },
     capacity: { type: "string", short: "c" },
+    reserve: { type: "string" },
+    "no-fit": { type: "boolean" },
     set: { type: "string", multiple: true },
     json: { type: "boolean" },
     markdown: { type: "boolean" },
+    verbose: { type: "boolean", short: "v" },
     plot: { type: "string" },
+    report: { type: "string" },
     force: { type: "boolean", short: "f" },
   },
   help: `Usage: gmlake compare [trace...] [--policies caching,expandable,gmlake,vms]
-                      [--driver sim|host|cuda|auto] [--capacity 80GiB]
-                      [--set key=value ...] [--json | --markdown] [--plot DIR] [--force]
+                      [--capacity 80GiB] [--reserve 1GiB] [--no-fit]
+                      [--driver sim|host|cuda|auto] [--set key=value ...]
+                      [--json | --markdown] [--verbose] [--plot DIR] [--report DIR] [--force]
 
-Replays each trace with each policy and prints one row per trace x policy, next to
-what PyTorch itself recorded in the trace: peak requested (requested bytes of live
-blocks: the same for every allocator), peak reserved, utilization (peak requested /
-peak reserved),
-the first out-of-memory under --capacity, driver calls
-and driver time (modelled with H200 costs on sim; % of the trace's own duration),
-driver calls in the trace's second half, and replay speed. Without a trace: the
+Replays each trace with each policy, next to what PyTorch itself recorded in it, and
+prints per trace x policy: peak reserved, waste (peak reserved - peak requested, the bytes
+fragmentation costs), whether it fits --capacity, and the smallest GPU it runs on. The
+smallest GPU: a bisection over replays (sim driver) for the smallest capacity on which
+the whole trace runs, to 2 MiB (every reservation is a multiple of 2 MiB, so the answer
+is exact), plus --reserve. One line of advice per trace: the PyTorch setting that gives
+the best result today, and what only our live allocator gives. Without a trace: the
 embedded default.
 
 Options:
   --policies, -p  comma-separated policy names (default: ${DEFAULT_POLICIES.join(",")}, those registered)
-  --driver, -d    sim (default), host, cuda, auto
-  --capacity, -c  device capacity for every replay (out-of-memory is a result)
+  --capacity, -c  the GPU's memory (80GiB = 80 x 2^30 bytes, 80GB = 80 x 10^9; a bare
+                  80G is refused as ambiguous). Replays run under capacity - reserve;
+                  one that runs out of memory is marked OOM, its figures not compared.
+  --reserve       memory the process holds outside the allocator (CUDA context,
+                  libraries, NCCL); default 1GiB (a bare CUDA context takes 527 MiB on
+                  an H200; see apps/cli/README.md)
+  --no-fit        skip the search for the smallest GPU (faster)
+  --driver, -d    sim (default), host, cuda, auto (the fit search always runs on sim)
   --set k=v       a knob passed to every policy that has it
-  --json          {rows: [replay rows as in 'replay --json'], recorded: [...]}
+  --verbose, -v   more columns: headroom, peak requested, utilization, OOM event, driver
+                  calls and time, second-half calls, replay speed, search replays
+  --json          {rows, recorded, fit, budget, advice} (see apps/cli/README.md)
   --markdown      a Markdown table
-  --plot DIR      one SVG per trace: allocated and each policy's reserved over time
+  --plot DIR      one SVG per trace: allocated and each policy's reserved over time, the
+                  recorded line on top, the capacity line and out-of-memory markers
                   (DIR is created; checked before the replays)
-  --force, -f     replace existing SVGs in the --plot DIR
+  --report DIR    DIR/index.html, one self-contained page to open in a browser: the
+                  tables, the verdicts and advice, the plots, the allocation sites
+                  holding the most at the peak and each allocator's memory_summary there
+  --force, -f     replace existing SVGs in the --plot DIR, or DIR/index.html
 
 Examples:
   gmlake compare
+  gmlake compare my_job.pickle.gz --capacity 80GiB --reserve 2GiB
   gmlake compare ../shared/traces/*.pickle.gz --markdown --plot plots/
-  gmlake compare my_job.pickle.gz --capacity 80GiB --policies caching,vms`,
+  gmlake compare my_job.pickle.gz --capacity 80GiB --report report/`,
   async run(values, positionals) {
     if (values.json && values.markdown) throw new UsageError("choose one of --json and --markdown");
-    const registered = new Set(listPolicies().map((p) => p.name));
-    const policies = parsePolicies(values.policies, DEFAULT_POLICIES.filter((p) => registered.has(p)));
+    const policies = parsePolicies(values.policies, defaultPolicies());
     const driver = parseDriver(values.driver);
-    const capacity = parseCapacity(values.capacity);
+    const budget = parseBudget(values);
+    const search = !values["no-fit"];
     const sets = parseSets(values.set);
     const paths = positionals.length ? positionals : [undefined];
-    // Every SVG is checked before the first replay (not an input, not clobbered without --force).
+    // Every output is checked before the first replay (not an input, not clobbered without --force).
+    const inputs = { inputs: traceInputs(positionals), force: Boolean(values.force) };
     const plotDir = values.plot === undefined ? undefined : checkOutputDir(String(values.plot), { option: "--plot" });
-    const plots =
-      plotDir === undefined
-        ? []
-        : checkOutputs(
-            paths.map((p) => ({ path: join(plotDir, `${safeName(nameOf(p))}.svg`), option: "--plot" })),
-            { inputs: traceInputs(positionals), force: Boolean(values.force) },
-          );
-    const rows: ReplayRow[] = [];
-    const recorded: RecordedRow[] = [];
+    const plots = plotDir === undefined ? [] : checkOutputs(paths.map((p) => ({ path: join(plotDir, `${safeName(nameOf(p))}.svg`), option: "--plot" })), inputs);
+    const reportDir = values.report === undefined ? undefined : checkOutputDir(String(values.report), { option: "--report" });
+    const reportTarget = reportDir === undefined ? undefined : checkOutputs([{ path: join(reportDir, "index.html"), option: "--report" }], inputs)[0];
+    const draw = plotDir !== undefined || reportDir !== undefined;
+    const report: ReportTrace[] = [];
+    const out: CompareJson = {
+      rows: [],
+      recorded: [],
+      fit: [],
+      budget: { capacityBytes: budget.capacityBytes, reserveBytes: budget.reserveBytes, allocatorBytes: budget.allocatorBytes },
+      advice: [],
+    };
     const lines: Line[] = [];
     const progress = new Progress("compare");
     let done = 0;
     for (const [ti, p] of paths.entries()) {
-      const t = await loadTrace(p);
+      const t = await loadTrace(p, { frames: reportDir !== undefined });
       const s = t.snapshot;
-      const st = computeStats(s.events, { roundupPower2Divisions: s.allocatorSettings.roundupPower2Divisions });
-      const rec: RecordedRow = {
-        trace: t.name,
-        mode: s.allocatorSettings.expandableSegments ? "expandable" : "caching",
-        peakRequestedBytes: st.peakRequestedBytes,
-        peakReservedBytes: st.peakReservedBytes,
-        utilization: st.peakReservedBytes > 0 ? st.peakRequestedBytes / st.peakReservedBytes : 1,
-        traceDurationUs: st.lastTimeUs - st.firstTimeUs,
-      };
-      recorded.push(rec);
+      const rec = recordedRow(t.name, s);
+      out.recorded.push(rec);
       lines.push({ kind: "recorded", r: rec });
       const series = [];
+      const verdicts: FitVerdict[] = [];
       for (const policy of policies) {
         progress.update(done, paths.length * policies.length, `${t.name} ${policy}`);
         const options = knobsFor(policy, sets);
-        const { row, result } = runReplay(t, { policy, driver, capacity, options, record: values.plot !== undefined });
-        rows.push(row);
-        lines.push({ kind: "replay", r: row });
-        if (result.log) series.push({ label: policy, log: result.log });
+        const capacity = budget.allocatorBytes ?? undefined;
+        const { row, result } = runReplay(t, { policy, driver, capacity, options, record: draw });
+        const r: CompareRow = { ...row, finished: row.oom === null };
+        out.rows.push(r);
+        let fit: FitVerdict | undefined;
+        if (search) {
+          fit = fitVerdict(t, policy, options, budget, {
+            fits: budget.capacityBytes === null ? null : r.finished,
+            peakReservedBytes: r.finished ? r.peakReservedBytes : undefined,
+            peakRequestedBytes: rec.peakRequestedBytes,
+          });
+          verdicts.push(fit);
+          out.fit.push(fit);
+        }
+        lines.push({ kind: "replay", r, fit });
+        if (result.log) series.push({ label: policy, log: result.log, oomAtUs: result.oom ? s.events.timeUs[result.oom.eventIndex] : undefined });
         done++;
       }
-      if (plots[ti]) writePlot(plots[ti], t.name, series, s.events);
+      const text = search ? advice(verdicts, budget) : null;
+      if (text !== null) out.advice.push({ trace: t.name, text });
+      const svg = draw ? plotOf(t.name, series, s.events, { capacityBytes: budget.allocatorBytes, capacityLabel: capacityLabel(budget), recordedMode: rec.mode }) : null;
+      if (plots[ti]) writeOutputFile(plots[ti], svg!);
+      if (reportDir !== undefined) {
+        progress.update(done, paths.length * policies.length, `${t.name} peaks`);
+        const answers = memoryAnswers(t, policies, (policy) => knobsFor(policy, sets));
+        report.push({ name: t.name, recorded: rec, rows: out.rows.filter((r) => r.trace === t.name), fit: verdicts, advice: text, svg, answers });
+      }
     }
     progress.done();
-    if (values.json) {
-      const out: CompareJson = { rows, recorded };
-      printJson(out);
-    } else if (values.markdown) {
-      printText(markdownTable(lines, COLUMNS));
-    } else {
-      const oomNote = capacity !== undefined ? ` under a capacity of ${formatBytes(capacity)}` : "";
-      printText(textTable(lines, COLUMNS) + `\n\n${rows.length} replays on the ${driver} driver${oomNote}; utilization = peak requested (the same for every allocator) / peak reserved.\n`);
+    if (reportTarget !== undefined) {
+      const command = `compare ${process.argv.slice(3).map((a) => (a.includes("/") ? basename(a) : a)).join(" ")}`.trim();
+      writeOutputFile(reportTarget, reportHtml({ generatedAt: new Date().toISOString(), command, driver, budget, traces: report }));
+      process.stderr.write(`report: ${join(String(values.report), "index.html")}\n`);
     }
+    const columns = values.verbose ? [...BASE, ...VERBOSE] : BASE;
+    if (values.json) {
+      printJson(out);
+      return;
+    }
+    if (values.markdown) {
+      printText(markdownTable(lines, columns));
+      return;
+    }
+    printText(textTable(lines, columns) + "\n\n" + notes(out, budget, driver, search).join("\n"));
   },
 };
 
-/** --set applies to each policy that has the knob (compare runs policies with different knobs). */
-function knobsFor(policy: string, sets: Record<string, unknown>): Record<string, unknown> {
-  const p = listPolicies().find((x) => x.name === policy);
-  if (!p) return {};
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(sets)) if (k in p.defaults) out[k] = v;
-  return out;
+function recordedRow(name: string, s: Awaited<ReturnType<typeof loadTrace>>["snapshot"]): RecordedRow {
+  const st = computeStats(s.events, { roundupPower2Divisions: s.allocatorSettings.roundupPower2Divisions });
+  return {
+    trace: name,
+    mode: s.allocatorSettings.expandableSegments ? "expandable" : "caching",
+    peakRequestedBytes: st.peakRequestedBytes,
+    peakReservedBytes: st.peakReservedBytes,
+    utilization: st.peakReservedBytes > 0 ? st.peakRequestedBytes / st.peakReservedBytes : 1,
+    traceDurationUs: st.lastTimeUs - st.firstTimeUs,
+  };
+}
+
+/** What the table means, the sizes as read, and the advice: wrapped at 100 columns. */
+function notes(out: CompareJson, budget: DeviceBudget, driver: string, search: boolean): string[] {
+  const n: string[] = [];
+  n.push(wrap(`${out.rows.length} replays on the ${driver} driver; ${budget.echo}. waste = peak reserved - peak requested (the same for every allocator).`));
+  if (search) {
+    n.push(wrap(`smallest GPU = the smallest capacity on which the whole trace runs (bisection over sim replays, exact to 2 MiB) + reserve ${formatBytes(budget.reserveBytes)}.`));
+  }
+  const oom = out.rows.filter((r) => !r.finished);
+  if (oom.length) n.push(wrap(`OOM: ${oom.map((r) => `${r.trace} ${r.policy} at event #${r.oom!.eventIndex}`).join(", ")}; their figures stop there and are not shown.`));
+  const many = out.advice.length > 1;
+  for (const a of out.advice) n.push(wrap(many ? `${a.trace}: ${a.text}` : a.text));
+  return n;
+}
+
+/** The capacity line is what the allocator may reserve: the device less the reserve. */
+export function capacityLabel(b: DeviceBudget): string | undefined {
+  if (b.capacityBytes === null || b.allocatorBytes === null) return undefined;
+  return `for the allocator: ${formatBytes(b.allocatorBytes)} (${formatBytes(b.capacityBytes)} - ${formatBytes(b.reserveBytes)} reserve)`;
 }
 
 function safeName(name: string): string {

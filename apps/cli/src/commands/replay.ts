@@ -3,7 +3,9 @@ import type { Command } from "../command.js";
 import { checkOutputs } from "@gmlake/output";
 import { EXPORT_FORMATS, printJson, printText, traceInputs, writeExport, writePlot } from "../outputs.js";
 import { loadTrace } from "../load-trace.js";
-import { checkPolicy, parseCapacity, parseDriver, parseSets } from "../options.js";
+import { capacityLabel } from "./compare.js";
+import { parseBudget } from "../device-budget.js";
+import { checkPolicy, parseDriver, parseSets } from "../options.js";
 import { runReplay, type ReplayRow } from "../run-replay.js";
 import { formatBytes } from "../sizes.js";
 
@@ -15,6 +17,7 @@ export const replayCommand: Command = {
     policy: { type: "string", short: "p" },
     driver: { type: "string", short: "d" },
     capacity: { type: "string", short: "c" },
+    reserve: { type: "string" },
     set: { type: "string", multiple: true },
     json: { type: "boolean" },
     plot: { type: "string" },
@@ -36,8 +39,11 @@ Options:
   --policy, -p   caching | expandable | gmlake | vms | a registered policy (default caching)
   --driver, -d   sim (default: no memory, H200 cost model), host (real stitching of host
                  memory), cuda (the GPU), auto (cuda when present, else host)
-  --capacity     device capacity (80GiB, 512MiB, 1.5GB or bytes); the first
-                 out-of-memory is a result (exit 0), reported with its event index
+  --capacity     the GPU's memory (80GiB = 80 x 2^30 bytes, 80GB = 80 x 10^9, or bytes;
+                 a bare 80G is refused as ambiguous); the replay runs under capacity -
+                 reserve, and its first out-of-memory is a result (exit 0), reported with
+                 its event index
+  --reserve      memory held outside the allocator (CUDA context, libraries); default 1GiB
   --set k=v      a policy knob, e.g. --set fragLimit=512MiB --set reuseLimit=10
   --integrity    on host/cuda every block is stamped and checked at its free:
                  'on' (first/last bytes and stitch seams; default), 'full' (every byte), 'off'
@@ -49,7 +55,8 @@ Options:
                  integrityErrors, ...
   --plot FILE    an SVG of allocated and reserved over the replay
   --export F FILE  the replayed allocator's history: memory-viz (a snapshot pickle that
-                 PyTorch's memory viewer opens), perfetto (Chrome trace JSON), rmm-csv
+                 PyTorch's memory viewer opens; each entry keeps the stack and the
+                 annotations the trace recorded), perfetto (Chrome trace JSON), rmm-csv
   --force, -f    replace existing --plot / --export files (never the input trace).
                  Output paths are checked before the replay; files are written whole
                  (temporary file + rename) or not at all
@@ -61,7 +68,8 @@ Examples:
     if (positionals.length > 1) throw new UsageError("replay takes one trace (use compare for several)");
     const policy = checkPolicy(String(values.policy ?? "caching"));
     const driver = parseDriver(values.driver);
-    const capacity = parseCapacity(values.capacity);
+    const budget = parseBudget(values);
+    const capacity = budget.allocatorBytes ?? undefined;
     const options = parseSets(values.set);
     const integrityArg = values.integrity === undefined ? undefined : String(values.integrity);
     if (integrityArg !== undefined && !["on", "off", "full"].includes(integrityArg)) {
@@ -74,7 +82,8 @@ Examples:
       { inputs: traceInputs(positionals), force: Boolean(values.force) },
     );
     const plotTarget = values.plot !== undefined ? targets.shift() : undefined;
-    const t = await loadTrace(positionals[0]);
+    const vizExport = exports.some((e) => e.format === "memory-viz");
+    const t = await loadTrace(positionals[0], { frames: vizExport });
     const record = values.plot !== undefined || exports.length > 0;
     const { row, result } = runReplay(t, {
       policy,
@@ -84,14 +93,21 @@ Examples:
       integrity: integrityArg === undefined ? undefined : integrityArg === "full" ? "full" : integrityArg === "on",
       checkInvariants: Boolean(values.invariants),
       record,
+      sources: vizExport,
     });
-    if (plotTarget && result.log) writePlot(plotTarget, t.name, [{ label: policy, log: result.log }], t.snapshot.events);
-    if (result.log) exports.forEach((e, i) => writeExport(e.format, targets[i]!, result.log!, t.snapshot.allocatorSettings));
+    if (plotTarget && result.log) {
+      const oomAtUs = result.oom ? t.snapshot.events.timeUs[result.oom.eventIndex] : undefined;
+      const mode = t.snapshot.allocatorSettings.expandableSegments ? "expandable" : "caching";
+      writePlot(plotTarget, t.name, [{ label: policy, log: result.log, oomAtUs }], t.snapshot.events, { capacityBytes: budget.allocatorBytes, capacityLabel: capacityLabel(budget), recordedMode: mode });
+    }
+    const s = t.snapshot;
+    const context = { settings: s.allocatorSettings, sourceEvents: result.sourceEvents, frames: s.frames, annotations: s.annotations };
+    if (result.log) exports.forEach((e, i) => writeExport(e.format, targets[i]!, result.log!, context));
     if (values.json) {
-      printJson(row);
+      printJson({ ...row, capacityBytes: budget.capacityBytes, reserveBytes: budget.capacityBytes === null ? null : budget.reserveBytes });
       return;
     }
-    printText(describeRow(row));
+    printText(describeRow(row) + (budget.capacityBytes !== null ? `\n  device          ${budget.echo}` : ""));
   },
 };
 

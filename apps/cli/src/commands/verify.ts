@@ -1,4 +1,5 @@
 import { verify, type VerifyResult } from "@gmlake/stitch";
+import { EXIT_MISMATCH } from "../cli-error.js";
 import type { Command } from "../command.js";
 import { loadTrace } from "../load-trace.js";
 import { asUsage, checkPolicy } from "../options.js";
@@ -38,13 +39,15 @@ Options:
              replayedPeakReservedBytes, match
   --policy   force the model (default: from the trace's settings)
 
-Exit status: 0 whether or not it matches (the 'match' field says); 2 on bad input.
+Exit status: 0 when every trace matches, 1 when one does not (as diff: a CI job can
+gate on it), 2 on bad input.
 
 Example:
   gmlake verify ../shared/traces/gpt2_ft.pickle.gz ../shared/traces/gpt2_ft_expandable.pickle.gz`,
   async run(values, positionals) {
     const paths = positionals.length ? positionals : [undefined];
     const policy = values.policy === undefined ? undefined : checkPolicy(String(values.policy));
+    let mismatches = 0;
     for (const p of paths) {
       const t = await loadTrace(p);
       const r = asUsage(() => verify(t.snapshot, { policy }));
@@ -60,6 +63,7 @@ Example:
         replayedPeakReservedBytes: r.replayedPeakReservedBytes,
         match: r.match,
       };
+      if (!r.match) mismatches++;
       if (values.json) {
         printJson(out);
         continue;
@@ -77,5 +81,6 @@ Example:
       }
       printText(lines.join("\n"));
     }
+    return mismatches > 0 ? EXIT_MISMATCH : 0;
   },
 };

@@ -1,0 +1,116 @@
+import { FIT_RESOLUTION, privatePoolTags, smallestCapacity } from "@gmlake/stitch";
+import { SimDriver } from "@gmlake/vmm";
+import type { DeviceBudget } from "./device-budget.js";
+import type { LoadedTrace } from "./load-trace.js";
+import { asUsage } from "./options.js";
+import { formatBytes } from "./sizes.js";
+
+/** Will the trace fit, per policy: the smallest device it runs on and what is left on the user's. */
+export interface FitVerdict {
+  trace: string;
+  policy: string;
+  /** Smallest capacity for the allocator on which the whole trace replays (bisection, sim driver); null: not found. */
+  smallestCapacityBytes: number | null;
+  /** smallestCapacityBytes + reserveBytes: the smallest GPU the job runs on. */
+  smallestDeviceBytes: number | null;
+  /** The capacity one step below, which runs out of memory. */
+  failsAtBytes: number | null;
+  resolutionBytes: number;
+  searchReplays: number;
+  reserveBytes: number;
+  /** --capacity (the device), or null. */
+  capacityBytes: number | null;
+  /** Whether the replay under capacity - reserve ran to the end (null without --capacity). */
+  fits: boolean | null;
+  /** capacity - reserve - smallest capacity (negative: short by that much); null without --capacity. */
+  headroomBytes: number | null;
+  /** How to run the allocator this policy models. */
+  howToRun: string;
+  /** Whether PyTorch offers it today (caching, expandable) or it needs our live allocator. */
+  inPyTorch: boolean;
+}
+
+/** The setting that gives a policy's result in a PyTorch job today, or what it needs instead. */
+export function howToRun(policy: string, recordedConf: string): { howToRun: string; inPyTorch: boolean } {
+  switch (policy) {
+    case "caching": {
+      const conf = recordedConf && !/expandable_segments:\s*true/i.test(recordedConf) ? ` (PYTORCH_CUDA_ALLOC_CONF=${recordedConf})` : "";
+      return { howToRun: `PyTorch's default allocator${conf}`, inPyTorch: true };
+    }
+    case "expandable":
+      return { howToRun: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", inPyTorch: true };
+    case "gmlake":
+      return { howToRun: "GMLake's patched PyTorch, or our live allocator", inPyTorch: false };
+    default:
+      return { howToRun: "our live allocator (CUDAPluggableAllocator)", inPyTorch: false };
+  }
+}
+
+/**
+ * The fit search for one trace x policy, always on the sim driver (dozens of replays; a
+ * real driver would need the memory), with the policy's knobs and the trace's settings.
+ */
+export function fitVerdict(t: LoadedTrace, policy: string, options: Record<string, unknown>, budget: DeviceBudget, measured: { fits: boolean | null; peakReservedBytes?: number; peakRequestedBytes?: number }): FitVerdict {
+  const s = t.snapshot;
+  const f = asUsage(() =>
+    smallestCapacity(s.events, {
+      policy,
+      driver: new SimDriver(),
+      options,
+      settings: s.allocatorSettings,
+      pools: privatePoolTags(s.events, s.segments),
+      peakReservedBytes: measured.peakReservedBytes,
+      peakRequestedBytes: measured.peakRequestedBytes,
+    }),
+  );
+  const smallest = f.smallestCapacityBytes;
+  const cap = budget.allocatorBytes;
+  return {
+    trace: t.name,
+    policy,
+    smallestCapacityBytes: smallest,
+    smallestDeviceBytes: smallest === null ? null : smallest + budget.reserveBytes,
+    failsAtBytes: f.failsAtBytes,
+    resolutionBytes: f.resolutionBytes,
+    searchReplays: f.replays,
+    reserveBytes: budget.reserveBytes,
+    capacityBytes: budget.capacityBytes,
+    fits: measured.fits,
+    headroomBytes: cap === null || smallest === null ? null : cap - smallest,
+    ...howToRun(policy, s.allocatorSettings.allocConf),
+  };
+}
+
+/** One line: which setting gives the best result in PyTorch today, and what only our allocator gives. */
+export function advice(verdicts: readonly FitVerdict[], budget: DeviceBudget): string {
+  const known = verdicts.filter((v) => v.smallestDeviceBytes !== null);
+  const by = (a: FitVerdict, b: FitVerdict) => a.smallestDeviceBytes! - b.smallestDeviceBytes!;
+  const pt = known.filter((v) => v.inPyTorch).sort(by);
+  const ours = known.filter((v) => !v.inPyTorch).sort(by);
+  const dflt = known.find((v) => v.policy === "caching");
+  const size = (v: FitVerdict) => formatBytes(v.smallestDeviceBytes!);
+  if (budget.capacityBytes === null) {
+    const parts: string[] = [];
+    const best = pt[0];
+    if (best && best === dflt) parts.push(`${best.howToRun} needs the smallest GPU PyTorch can run it on today: ${size(best)}`);
+    else if (best) parts.push(`set ${best.howToRun}: it runs on ${size(best)}${dflt ? `, where ${dflt.howToRun} needs ${size(dflt)}` : ""}`);
+    const o = ours[0];
+    if (o && (!best || o.smallestDeviceBytes! < best.smallestDeviceBytes!)) {
+      parts.push(`${o.policy} needs ${size(o)}${best ? ` (${formatBytes(best.smallestDeviceBytes! - o.smallestDeviceBytes!)} less)` : ""}, with ${o.howToRun}`);
+    }
+    else if (best && ours.length) parts.push("no other policy needs less");
+    return parts.length ? `advice: ${parts.join("; ")}` : "advice: no policy ran the whole trace";
+  }
+  const dev = formatBytes(budget.capacityBytes);
+  const fits = (v: FitVerdict) => v.fits === true;
+  const room = (v: FitVerdict) => (v.headroomBytes !== null ? `, ${formatBytes(v.headroomBytes)} to spare` : "");
+  if (dflt && fits(dflt)) return `advice: fits the ${dev} device as it is, with ${dflt.howToRun}${room(dflt)}`;
+  const ptFit = verdicts.filter((v) => v.inPyTorch && fits(v)).sort((a, b) => (b.headroomBytes ?? 0) - (a.headroomBytes ?? 0))[0];
+  if (ptFit) return `advice: ${dflt ? "does not fit the default allocator; " : ""}set ${ptFit.howToRun} to fit the ${dev} device${room(ptFit)}`;
+  const ourFit = verdicts.filter((v) => !v.inPyTorch && fits(v)).sort((a, b) => (b.headroomBytes ?? 0) - (a.headroomBytes ?? 0))[0];
+  if (ourFit) return `advice: no PyTorch setting fits the ${dev} device; ${ourFit.policy} does${room(ourFit)}, with ${ourFit.howToRun}`;
+  const best = known.sort(by)[0];
+  return best ? `advice: nothing fits the ${dev} device; ${best.policy} needs ${size(best)}, ${formatBytes(best.smallestDeviceBytes! - budget.capacityBytes)} more` : `advice: nothing fits the ${dev} device`;
+}
+
+export { FIT_RESOLUTION };
