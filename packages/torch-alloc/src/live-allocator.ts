@@ -76,6 +76,9 @@ export class LiveAllocator {
     // unless asked for.
     if (this.policy.name === "vms" && knobs.crossStream === undefined) knobs.crossStream = false;
     const name = config.driver ?? "cuda";
+    // No child-process probe before libcuda's first use here: PyTorch has initialized CUDA
+    // in this process already, and process.execPath is the Python interpreter, not node.
+    if (name === "cuda") process.env.GMLAKE_CUDA_PROBE = "0";
     this.base =
       name === "host"
         ? new HostDriver({ capacityBytes: config.capacityBytes })
