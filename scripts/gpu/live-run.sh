@@ -35,6 +35,7 @@ live_steps=${LIVE_STEPS:-12}
 total_limit=${TOTAL:-560}
 declare -A limit=([setup]=90 [checks]=150 [micro]=150 [threading]=60 [workloads]=400 [memcheck]=240)
 export GMLAKE_TORCH_PY="$root/packages/torch-alloc/python"
+export PYTHONPATH="$GMLAKE_TORCH_PY${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 exec > >(tee -a "$OUT/live-run.log") 2>&1
 
