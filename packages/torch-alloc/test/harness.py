@@ -11,6 +11,8 @@ crash is then a failed case, not a lost run):
                                pattern-filled at alloc and verified at free, no two live
                                blocks overlap; at close nothing is left (handles, mappings,
                                reservations, events); the host's signal handlers unchanged
+  enable                       enable() against a stand-in for torch: the entry points and
+                               hooks reached through function pointers, as PyTorch does
   oom                          out of memory is a status with PyTorch's message, and the
                                allocator goes on working
   bad-module, no-libnode, bad-policy, bad-knob
@@ -260,7 +262,66 @@ def bad_module():
         return expect_start_error("cannot load the policy module", policy="x", driver="host", policy_module=path)
 
 
+def enable_with_stub_torch():
+    """enable() against a stand-in for torch that does what PyTorch does with the library:
+    CUDAPluggableAllocator resolves the entry points by name, the hooks get their addresses,
+    and allocations call them through those function pointers."""
+    import types
+
+    calls = {}
+
+    class PluggableHandle:
+        def set_reset_fn(self, addr):
+            calls["reset"] = ctypes.CFUNCTYPE(None)(addr)
+
+        def set_record_stream_fn(self, addr):
+            calls["record_stream"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(addr)
+
+    class CUDAPluggableAllocator:
+        def __init__(self, path, alloc_name, free_name):
+            lib = ctypes.CDLL(path)
+            calls["alloc"] = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(
+                ctypes.cast(getattr(lib, alloc_name), ctypes.c_void_p).value)
+            calls["free"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(
+                ctypes.cast(getattr(lib, free_name), ctypes.c_void_p).value)
+            self._h = PluggableHandle()
+
+        def allocator(self):
+            return self._h
+
+    swapped = []
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(memory=types.SimpleNamespace(
+        CUDAPluggableAllocator=CUDAPluggableAllocator, change_current_allocator=swapped.append))
+    sys.modules["torch"] = torch
+    os.environ["GMLAKE_DRIVER"] = "host"
+    os.environ["GMLAKE_KNOBS"] = "maxHandleBytes=33554432"
+    gmlake_torch.enable("vms")
+    if len(swapped) != 1 or not {"alloc", "free", "reset", "record_stream"} <= calls.keys():
+        return f"enable() did not wire the allocator: swapped {len(swapped)}, hooks {sorted(calls)}"
+    p = calls["alloc"](3 * MiB, 0, 0)
+    ctypes.memset(p, 0x5A, 3 * MiB)
+    calls["record_stream"](p, 0x77)
+    calls["free"](p, 3 * MiB, 0, 0)
+    calls["reset"]()
+    s = gmlake_torch.stats()
+    if s["calls"]["recordStreams"] != 1 or s["calls"]["emptyCaches"] != 1 or s["policy"] != "vms":
+        return f"hooks did not reach the engine: {s['calls']}"
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "live.pickle.gz")
+        gmlake_torch.snapshot(path)
+        with open(path, "rb") as f:
+            if f.read(2) != b"\x1f\x8b":
+                return "the .gz snapshot is not gzip"
+    leaks = gmlake_torch.close()["leaks"]
+    if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
+        return f"leaked {leaks}"
+    print(json.dumps({"case": "enable", "stats_keys": len(s)}))
+    return None
+
+
 CASES = {
+    "enable": enable_with_stub_torch,
     "oom": oom,
     "bad-module": bad_module,
     "no-libnode": lambda: expect_start_error("libnode.so.108 not found", policy="caching", driver="host"),

@@ -162,21 +162,27 @@ def build_oom_shim(verbose=False):
     return out
 
 
-def enable(policy=None, *, driver=None, threading=None, policy_module=None, record=True, oom_shim=True, **knobs):
+def enable(policy=None, *, driver=None, threading=None, policy_module=None, record=True, oom_shim=True, device=None,
+           capacity_bytes=None, **knobs):
     """Makes the engine PyTorch's CUDA allocator (call it before the first CUDA tensor).
 
     policy: a built-in (caching, expandable, gmlake, vms) or one registered by policy_module;
     knobs: the policy's options (numbers, booleans, strings; text takes the knob's type).
     Out of memory raises torch.cuda.OutOfMemoryError when libgmlake_oom.so is there
-    (build_oom_shim()), else a RuntimeError starting "CUDA out of memory"."""
+    (build_oom_shim()), else a RuntimeError starting "CUDA out of memory".
+    capacity_bytes: a limit on the device memory the engine holds (to test out of memory).
+    device: the one CUDA device it serves (default $GMLAKE_DEVICE or 0; an allocation on
+    another is an error). Nothing here touches torch.cuda before the allocator is swapped:
+    PyTorch refuses the swap once its own allocator is initialized."""
     global _torch_allocator
     import torch
 
     if _torch_allocator is not None:
         return
-    device = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    if device is None:
+        device = int(os.environ.get("GMLAKE_DEVICE", "0"))
     native = start(policy, driver=driver, threading=threading, policy_module=policy_module, record=record,
-                   device=device, **knobs)
+                   device=device, capacity_bytes=capacity_bytes, **knobs)
     if oom_shim and os.path.exists(_oom_shim_path()):
         shim = ctypes.CDLL(_oom_shim_path())
         native.lib.gmlake_set_oom_thrower(ctypes.cast(shim.gmlake_throw_oom, ctypes.c_void_p).value)
