@@ -9,7 +9,8 @@ usage: python3 live_workloads.py NAME --allocator A [--steps N] [--record PATH] 
   A = pytorch              PyTorch's default caching allocator
       pytorch-expandable   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
       ours:POLICY[,k=v...] the stitching engine in this process (packages/torch-alloc)
-  --record PATH   dump a memory-history snapshot (pickle, gzip when PATH ends in .gz)
+  --record PATH   dump a memory-history snapshot (pickle, gzip when PATH ends in .gz); with
+                  ours, the engine's own history (gmlake_torch.snapshot)
   --sampler SO    memsampler.so: device memory in use sampled every 100 us inside the steps
 
 Measured: per step the wall time, the loss (training) or a checksum of the tokens
@@ -223,9 +224,7 @@ WORKLOADS = {
 def main():
     if args.name not in WORKLOADS:
         sys.exit(f"unknown workload {args.name}; one of: {', '.join(WORKLOADS)}")
-    if args.record:
-        if ours is not None:
-            sys.exit("--record records PyTorch's own allocator; with ours use gmlake_torch.snapshot()")
+    if args.record and ours is None:
         torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=2_000_000)
     t0 = time.perf_counter()
     WORKLOADS[args.name](args.steps)
@@ -250,7 +249,11 @@ def main():
                    num_ooms=st.get("num_ooms"))
     else:
         res["engine"] = ours.stats()
-    if args.record:
+    if args.record and ours is not None:
+        # the engine's own history, as a memory-viz pickle (gzip when PATH ends in .gz)
+        ours.snapshot(args.record)
+        res["trace_file"] = os.path.basename(args.record)
+    elif args.record:
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
         opener = gzip.open if args.record.endswith(".gz") else open

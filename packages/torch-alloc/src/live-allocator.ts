@@ -62,6 +62,13 @@ export class LiveAllocator {
   /** Streams other than its own that a live block was used on (record_stream). */
   private readonly recorded = new Map<Block, number[]>();
   private readonly pending: PendingFree[] = [];
+  /** Every free waits for an event of its stream (vms with crossStream; see the constructor). */
+  readonly eventFrees: boolean;
+  /** Those frees, per stream, in stream order: each one's event completes after the one before. */
+  private readonly streamQueues = new Map<number, PendingFree[]>();
+  private queuedFrees = 0;
+  /** Events to record again (cuEventRecord re-arms a completed event). */
+  private readonly eventPool: EventHandle[] = [];
   private readonly base: VmmDriver;
   private closed = false;
   /** The message of the last failed call (read through the bridge's text op). */
@@ -73,8 +80,11 @@ export class LiveAllocator {
     const knobs = coerceKnobs(this.policy, config.knobs ?? {});
     // vms reuses a block freed on one stream for another; live, that needs the other
     // stream to wait on an event of the free, which the engine does not do yet: off
-    // unless asked for.
+    // unless asked for, and when asked for, every free waits for an event of its stream
+    // before the policy gets the block back (safe on any stream, at the price of later
+    // same-stream reuse).
     if (this.policy.name === "vms" && knobs.crossStream === undefined) knobs.crossStream = false;
+    this.eventFrees = this.policy.name === "vms" && knobs.crossStream === true;
     const name = config.driver ?? "cuda";
     // No child-process probe before libcuda's first use here: PyTorch has initialized CUDA
     // in this process already, and process.execPath is the Python interpreter, not node.
@@ -105,6 +115,26 @@ export class LiveAllocator {
     this.fence.open();
     this.allocator.ctx.nowUs = Math.round((performance.timeOrigin + performance.now()) * 1000);
     if (this.pending.length > 0) this.completeFrees(false);
+    if (this.queuedFrees > 0) this.completeQueued(false);
+  }
+
+  /** free_completed for the queued frees whose stream got past them (all when `wait`). */
+  private completeQueued(wait: boolean): void {
+    for (const q of this.streamQueues.values()) {
+      let n = 0;
+      while (n < q.length) {
+        const e = q[n]!.events[0]!;
+        if (wait) this.driver.eventSynchronize(e);
+        else if (!this.driver.eventQuery(e)) break;
+        this.eventPool.push(e);
+        this.allocator.freeCompleted(q[n]!.block);
+        n++;
+      }
+      if (n > 0) {
+        q.splice(0, n);
+        this.queuedFrees -= n;
+      }
+    }
   }
 
   /** free_completed for every pending free whose events are done (all of them when `wait`). */
@@ -139,6 +169,7 @@ export class LiveAllocator {
       // What PyTorch does before it gives up: free what is cached (and what is pending), retry.
       this.counts.oomRetries++;
       this.completeFrees(true);
+      this.completeQueued(true);
       this.fence.fence();
       this.allocator.emptyCache();
       b = this.allocator.tryMalloc(size, stream);
@@ -177,14 +208,26 @@ export class LiveAllocator {
     this.counts.frees++;
     const streams = this.recorded.get(b);
     if (streams === undefined) {
-      this.allocator.free(b);
+      if (!this.eventFrees) {
+        this.allocator.free(b);
+        return;
+      }
+      this.allocator.freeRequested(b);
+      const e = this.eventPool.pop() ?? this.driver.eventCreate();
+      this.driver.eventRecord(e, b.stream);
+      let q = this.streamQueues.get(b.stream);
+      if (q === undefined) this.streamQueues.set(b.stream, (q = []));
+      q.push({ block: b, events: [e] });
+      this.queuedFrees++;
+      this.counts.deferredFrees++;
       return;
     }
-    // Used on other streams too: reusable once the work queued there so far is done.
+    // Used on other streams too: reusable once the work queued there so far is done
+    // (and on its own stream too, when every free waits for its stream).
     this.recorded.delete(b);
     this.allocator.freeRequested(b);
     const events: EventHandle[] = [];
-    for (const s of streams) {
+    for (const s of this.eventFrees ? [b.stream, ...streams] : streams) {
       const e = this.driver.eventCreate();
       events.push(e);
       this.driver.eventRecord(e, s);
@@ -209,6 +252,7 @@ export class LiveAllocator {
     this.begin();
     this.counts.emptyCaches++;
     this.completeFrees(true);
+    this.completeQueued(true);
     this.fence.fence();
     this.allocator.emptyCache();
   }
@@ -226,7 +270,8 @@ export class LiveAllocator {
       policy: this.policy.name,
       driver: this.base.name,
       live_blocks: this.live.size,
-      pending_frees: this.pending.length,
+      pending_frees: this.pending.length + this.queuedFrees,
+      event_frees: this.eventFrees,
       calls: { ...this.counts },
       driver_calls: d.calls,
       driver_time_us: d.timeUs,
@@ -255,6 +300,8 @@ export class LiveAllocator {
     this.closed = true;
     const n = this.live.size;
     this.completeFrees(true);
+    this.completeQueued(true);
+    for (const e of this.eventPool.splice(0)) this.driver.eventDestroy(e);
     this.fence.fence();
     this.allocator.close(this.live.values());
     this.live.clear();

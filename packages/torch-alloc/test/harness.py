@@ -121,10 +121,10 @@ class Live:
             del self.ends[addr]
 
 
-def stress(policy, threading_design, ops_per_thread=3000, threads=3):
+def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None):
     before = signal_handlers()
     t0 = time.perf_counter()
-    native = gmlake_torch.start(policy, driver="host", threading=threading_design, check_invariants=512)
+    native = gmlake_torch.start(policy, driver="host", threading=threading_design, check_invariants=512, **(knobs or {}))
     start_ms = (time.perf_counter() - t0) * 1000
     after = signal_handlers()
     if after != before:
@@ -208,7 +208,8 @@ def stress(policy, threading_design, ops_per_thread=3000, threads=3):
     if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
         return f"leaked at close: {closed}"
     ops = counts["allocs"] + counts["frees"]
-    print(json.dumps({"case": f"stress:{policy}:{threading_design}", "start_ms": round(start_ms, 1), "threads": threads,
+    label = f"stress:{policy}:{threading_design}" + (f" {knobs}" if knobs else "")
+    print(json.dumps({"case": label, "start_ms": round(start_ms, 1), "threads": threads,
                       **counts, "ops_per_s": round(ops / wall), "peak_reserved": stats["reserved_bytes.all.peak"],
                       "syncs": stats["num_sync_all_streams"], "deferred_frees": stats["calls"]["deferredFrees"]}))
     return None
@@ -330,6 +331,7 @@ CASES = {
 }
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
+CASES["stress:vms-cross-stream:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "true"})
 ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}}
 
 

@@ -94,6 +94,27 @@ describe("LiveAllocator on the host driver", () => {
   });
 });
 
+describe("vms with cross-stream reuse on: every free waits for an event of its stream", () => {
+  it("a freed block goes back to the policy only once its stream's event completed; events are reused", () => {
+    const a = new LiveAllocator({ policy: "vms", driver: "host", knobs: { crossStream: true }, checkInvariants: true });
+    expect(a.eventFrees).toBe(true);
+    const p = a.alloc(8 * MiB, 0);
+    a.free(p);
+    expect(a.stats().pending_frees).toBe(1);
+    expect(a.stats()["active_bytes.all.current"]).toBeGreaterThan(0);
+    const q = a.alloc(8 * MiB, 1); // begin() saw the event complete (host: at once): the block may serve stream 1
+    expect(a.stats().pending_frees).toBe(0);
+    a.free(q);
+    const r = a.alloc(MiB, 0);
+    a.recordStream(r, 5);
+    a.free(r); // waits for its own stream and stream 5
+    const d = a.stats().driver_calls as Record<string, number>;
+    expect(d.eventRecord).toBe(4);
+    expect(d.eventCreate).toBeLessThan(4); // the queue's events are recorded again
+    expect(a.close().leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
+  });
+});
+
 describe("knobs", () => {
   it("parse from text and take the type of each default", () => {
     expect(parseKnobText("maxHandleBytes=1048576, crossStream=false,donorOrder=size")).toEqual({
