@@ -138,7 +138,7 @@ fi
 if want memcheck; then
   if command -v compute-sanitizer >/dev/null; then
     run memcheck-vms "${T_memcheck:-${limit[memcheck]}}" compute-sanitizer --tool memcheck --leak-check no \
-      --error-exitcode 9 "$python" scripts/gpu/live_checks.py smoke --policy vms
+      --error-exitcode 9 "$python" scripts/gpu/live_checks.py smoke --policy vms --steps 4
   else
     echo "{\"tag\":\"memcheck-vms\",\"skipped\":\"no compute-sanitizer\"}" >>"$work/results.jsonl"
   fi

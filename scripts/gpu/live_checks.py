@@ -2,7 +2,7 @@
 is chosen once per process). Prints one "RESULT {json}" line; exit 0 = the check passed.
 
 usage: python3 live_checks.py CHECK [--policy P]
-  smoke    a small transformer trains 20 steps through ours (two streams, record_stream,
+  smoke    a small transformer trains --steps (20) steps through ours (two streams, record_stream,
            empty_cache, backward on autograd's thread); losses equal to a CPU-side rerun
            of the same steps is not asked for, only finite and falling; stats() and
            snapshot() answer; torch.cuda.memory_stats's names are in stats()
@@ -24,6 +24,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("check", choices=["smoke", "oom", "capture", "micro"])
 ap.add_argument("--policy", default="vms", help="ours: a policy; pytorch / pytorch-expandable: PyTorch's own (micro)")
 ap.add_argument("--pairs", type=int, default=200_000)
+ap.add_argument("--steps", type=int, default=20, help="smoke: training steps")
 args = ap.parse_args()
 
 if args.policy == "pytorch-expandable":
@@ -60,7 +61,7 @@ if args.check == "smoke":
     losses = []
     torch.manual_seed(1)
     x = torch.randn(16, 128, 256, device="cuda")
-    for step in range(20):
+    for step in range(args.steps):
         # a tensor made on the side stream, used on the main one: record_stream
         with torch.cuda.stream(side):
             noise = torch.randn(16, 128, 256, device="cuda") * 0.01
@@ -73,7 +74,7 @@ if args.check == "smoke":
         opt.step()
         del noise
         losses.append(loss.item())
-        if step == 10:
+        if step == args.steps // 2:
             torch.cuda.empty_cache()
     torch.cuda.synchronize()
     st = ours.stats()
