@@ -3,9 +3,9 @@ is chosen once per process). Prints one "RESULT {json}" line; exit 0 = the check
 
 usage: python3 live_checks.py CHECK [--policy P]
   smoke    a small transformer trains --steps (20) steps through ours (two streams, record_stream,
-           empty_cache, backward on autograd's thread); losses equal to a CPU-side rerun
-           of the same steps is not asked for, only finite and falling; stats() and
-           snapshot() answer; torch.cuda.memory_stats's names are in stats()
+           empty_cache, backward on autograd's thread); the losses finite (their equality
+           with PyTorch's own allocator is live_workloads.py's to show); stats() under
+           torch.cuda.memory_stats's names, snapshot() written
   oom      under a 2 GiB cap, a 4 GiB tensor raises torch.cuda.OutOfMemoryError (or the
            RuntimeError "CUDA out of memory" without the shim) and training goes on
   capture  an allocation during CUDA-graph capture is refused with a clear error (ours, or
