@@ -13,6 +13,9 @@ crash is then a failed case, not a lost run):
                                reservations, events); the host's signal handlers unchanged
   enable                       enable() against a stand-in for torch: the entry points and
                                hooks reached through function pointers, as PyTorch does
+  throw                        gmlake_alloc (PyTorch's entry point) throws on out of memory
+                               (std::runtime_error, or the registered thrower's type) and
+                               on a wrong device, never returns null (test/throw_check.cc)
   oom                          out of memory is a status with PyTorch's message, and the
                                allocator goes on working
   bad-module, no-libnode, bad-policy, bad-knob
@@ -321,8 +324,18 @@ def enable_with_stub_torch():
     return None
 
 
+def throw_check():
+    exe = os.path.join(HERE, "..", "build", "bin", "throw_check")
+    if not os.path.exists(exe):
+        return f"{exe} missing (build first)"
+    r = subprocess.run([exe, gmlake_torch.library_path()], capture_output=True, text=True, timeout=120)
+    print(r.stdout.strip())
+    return None if r.returncode == 0 else f"throw_check exited {r.returncode}: {r.stdout.strip()} {r.stderr.strip()}"
+
+
 CASES = {
     "enable": enable_with_stub_torch,
+    "throw": throw_check,
     "oom": oom,
     "bad-module": bad_module,
     "no-libnode": lambda: expect_start_error("libnode.so.108 not found", policy="caching", driver="host"),
