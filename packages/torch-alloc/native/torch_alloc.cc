@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +32,10 @@
 namespace {
 
 gmlake_embed_call_fn g_call = nullptr;
+// Set at exit, before libnode's static destructors run (our handler is registered after
+// libnode was loaded, so it runs first): what libtorch's own static destructors free
+// after that (cached workspaces) is left to the process's end instead of a torn-down Node.
+std::atomic<bool> g_exiting{false};
 gmlake_embed_text_fn g_text = nullptr;
 std::mutex g_startMutex;
 std::string g_startError;
@@ -190,6 +195,7 @@ GMLAKE_EXPORT int gmlake_start(const char* config_json, int threading) {
   if (std::strstr(config_json, "\"driver\":\"cuda\"") != nullptr) LoadCaptureCheck();
   g_text = text;
   g_call = call;
+  std::atexit([] { g_exiting.store(true); });
   return 0;
 }
 
@@ -202,6 +208,10 @@ GMLAKE_EXPORT const char* gmlake_last_error(void) { return t_error.c_str(); }
  */
 GMLAKE_EXPORT int gmlake_try_alloc(size_t size, int device, void* stream, void** out) {
   *out = nullptr;
+  if (g_exiting.load(std::memory_order_relaxed)) {
+    t_error = "gmlake: the process is exiting";
+    return kStatusError;
+  }
   if (g_call == nullptr) {
     t_error = "gmlake: the allocator is not started (call gmlake_torch.enable() before the first CUDA tensor)";
     return kStatusNotStarted;
@@ -235,7 +245,7 @@ GMLAKE_EXPORT void* gmlake_alloc(size_t size, int device, void* stream) {
 
 /** PyTorch's free(ptr, size, device, stream): stream = the one the block was allocated on. */
 GMLAKE_EXPORT void gmlake_free(void* ptr, size_t size, int device, void* stream) {
-  if (g_call == nullptr) return;
+  if (g_call == nullptr || g_exiting.load(std::memory_order_relaxed)) return;
   if (Capturing(stream)) {
     std::lock_guard<std::mutex> lock(g_deferredMutex);
     g_deferred.push_back({ptr, size, device, stream});
@@ -247,7 +257,7 @@ GMLAKE_EXPORT void gmlake_free(void* ptr, size_t size, int device, void* stream)
 
 /** set_reset_fn: torch.cuda.empty_cache(). */
 GMLAKE_EXPORT void gmlake_empty_cache(void) {
-  if (g_call == nullptr) return;
+  if (g_call == nullptr || g_exiting.load(std::memory_order_relaxed)) return;
   FlushDeferred();
   if (g_call(kOpEmptyCache, 0, 0, 0) < 0) {
     char* msg = g_text(kTextLastError, "");
@@ -258,7 +268,7 @@ GMLAKE_EXPORT void gmlake_empty_cache(void) {
 
 /** set_record_stream_fn: tensor.record_stream(stream): the block is in use on `stream` too. */
 GMLAKE_EXPORT void gmlake_record_stream(void* ptr, void* stream) {
-  if (g_call == nullptr) return;
+  if (g_call == nullptr || g_exiting.load(std::memory_order_relaxed)) return;
   if (g_call(kOpRecordStream, static_cast<double>(reinterpret_cast<uintptr_t>(ptr)),
              static_cast<double>(reinterpret_cast<uintptr_t>(stream)), 0) < 0) {
     char* msg = g_text(kTextLastError, "");
@@ -276,6 +286,6 @@ GMLAKE_EXPORT char* gmlake_text(int op, const char* arg) {
 GMLAKE_EXPORT void gmlake_text_free(char* s) { std::free(s); }
 
 /** The bare round trip into JS and back (the threading benchmark's unit). */
-GMLAKE_EXPORT double gmlake_ping(double x) { return g_call != nullptr ? g_call(kOpPing, x, 0, 0) : kStatusNotStarted; }
+GMLAKE_EXPORT double gmlake_ping(double x) { return g_call != nullptr ? g_call(kOpPing, x, 0, 0) : static_cast<double>(kStatusNotStarted); }
 
 GMLAKE_EXPORT void gmlake_set_oom_thrower(OomThrower fn) { g_oomThrower = fn; }
