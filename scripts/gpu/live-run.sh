@@ -4,11 +4,12 @@
 #   here:   bash scripts/gpu/bundle.sh --live        (.gpu/live.tar.xz, ~20 MiB)
 #   there:  `run` with carry [".gpu"] and: bash scripts/gpu/live-run.sh
 # Steps (STEPS=a,b,... picks; each under `timeout`, each runs whatever the others did):
-#   setup      unpack, build memsampler.so and the OOM shim (torch.cuda.OutOfMemoryError)
+#   setup      unpack, build memsampler.so, the OOM shim (torch.cuda.OutOfMemoryError) and
+#              the C++ pair bench against this PyTorch
 #   checks     live_checks.py smoke (every built-in policy), oom, capture
 #   micro      per-call cost inside the PyTorch process: alloc+free pairs through
 #              torch.cuda.caching_allocator_alloc/delete, PyTorch default and expandable
-#              beside ours:caching and ours:vms (median, p99)
+#              beside ours:caching and ours:vms (median, p99), from Python and from C++
 #   threading  threading_bench (CPU): a Locker per call vs one JS thread, on this host
 #   workloads  live_workloads.py: each of WORKLOADS under each of ALLOCATORS, LIVE_STEPS steps,
 #              device memory sampled every 100 us inside the steps (memsampler.so)
@@ -100,6 +101,7 @@ if want setup; then
   echo "== unpacked in $(elapsed "$t0") s"
   gcc -O2 -shared -fPIC -o "$work/memsampler.so" scripts/gpu/memsampler.c -ldl -lpthread || echo "memsampler build failed"
   run oom-shim "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-oom-shim
+  run pair-bench "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-pair-bench
 fi
 sampler=()
 [ -f "$work/memsampler.so" ] && sampler=(--sampler "$work/memsampler.so")

@@ -12,7 +12,8 @@ usage: python3 live_checks.py CHECK [--policy P]
            PyTorch's before it reaches ours), and the allocator is still usable after
   micro    per-call cost: alloc+free pairs through torch.cuda.caching_allocator_alloc /
            caching_allocator_delete (a window of 64 live blocks, sizes 512 B .. 64 MiB),
-           each pair timed; with --policy pytorch for PyTorch's own allocator
+           each pair timed; then the same pairs from C++ (libgmlake_pair_bench.so, through
+           c10's raw_alloc/raw_delete: no Python in the loop); --policy pytorch for PyTorch's own
 """
 import argparse
 import json
@@ -160,6 +161,18 @@ if args.check == "micro":
     torch.cuda.synchronize()
     med = ts[len(ts) // 2] / 1000
     p99 = ts[len(ts) * 99 // 100] / 1000
+    # The same pairs from C++ (pair_bench.cc, built against this PyTorch): no Python binding in the loop.
+    native = None
+    bench = os.path.join(os.path.dirname(os.environ.get("GMLAKE_TORCH_ALLOC_LIB") or os.path.join(
+        os.path.dirname(__file__), "../../packages/torch-alloc/build/lib/x")), "libgmlake_pair_bench.so")
+    if os.path.exists(bench):
+        import ctypes
+
+        lib = ctypes.CDLL(bench)
+        m, p, a = ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
+        if lib.gmlake_bench_pairs(args.pairs, ctypes.byref(m), ctypes.byref(p), ctypes.byref(a)) == 0:
+            native = {"median_us": round(m.value, 3), "p99_us": round(p.value, 3), "mean_us": round(a.value, 3)}
+    torch.cuda.synchronize()
     done(True, pairs=len(ts), median_us=round(med, 3), p99_us=round(p99, 3), mean_us=round(sum(ts) / len(ts) / 1000, 3),
-         timer_median_us=round(loop[len(loop) // 2] / 1000, 3),
+         timer_median_us=round(loop[len(loop) // 2] / 1000, 3), native=native,
          engine=(ours.stats()["driver_total_calls"] if ours is not None else None))

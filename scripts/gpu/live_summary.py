@@ -33,10 +33,12 @@ for r in rows:
             d = ""
         print(f"| {r['tag']} | {r.get('rc')} | {r.get('ok')} | {d} |")
 
-print("\n## per-call cost inside the PyTorch process (alloc+free pair, us)\n\n| allocator | median | p99 | mean | timer alone |\n| --- | ---: | ---: | ---: | ---: |")
+print("\n## per-call cost inside the PyTorch process (alloc+free pair, us)\n\n| allocator | from Python: median | p99 | mean | timer alone | from C++: median | p99 | mean |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for r in rows:
     if r.get("check") == "micro":
-        print(f"| {r['policy']} | {r['median_us']} | {r['p99_us']} | {r['mean_us']} | {r['timer_median_us']} |")
+        n = r.get("native") or {}
+        print(f"| {r['policy']} | {r['median_us']} | {r['p99_us']} | {r['mean_us']} | {r['timer_median_us']} | "
+              f"{n.get('median_us', '-')} | {n.get('p99_us', '-')} | {n.get('mean_us', '-')} |")
 
 print("\n## threading (CPU, sim driver, vms; us)\n\n| design | ping 1 thr median / p99 | ping 2 thr | alloc+free 1 thr | alloc+free 2 thr |\n| --- | ---: | ---: | ---: | ---: |")
 for r in rows:

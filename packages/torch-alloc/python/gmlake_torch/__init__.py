@@ -17,7 +17,8 @@ import json
 import os
 import subprocess
 
-__all__ = ["enable", "start", "stats", "snapshot", "empty_cache", "close", "GmlakeError", "library_path", "build_oom_shim"]
+__all__ = ["enable", "start", "stats", "snapshot", "empty_cache", "close", "GmlakeError", "library_path", "build_oom_shim",
+           "build_pair_bench"]
 
 _PKG = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 _THREADING = {"locker": 0, "thread": 1}
@@ -143,23 +144,40 @@ def _oom_shim_path():
     return os.path.join(os.path.dirname(library_path()), "libgmlake_oom.so")
 
 
-def build_oom_shim(verbose=False):
-    """Builds libgmlake_oom.so against this PyTorch (its headers and libc10), so that out of
-    memory raises torch.cuda.OutOfMemoryError. Needs g++; returns the path."""
+def _build_against_torch(src_name, out, libs, cuda_headers=False, verbose=False):
+    """g++ one source file of this folder into a shared library against this PyTorch."""
     import torch
     from torch.utils import cpp_extension
 
-    out = _oom_shim_path()
-    src = os.path.join(os.path.dirname(__file__), "oom_shim.cc")
+    src = os.path.join(os.path.dirname(__file__), src_name)
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     cmd = ["g++", "-O2", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
+    if cuda_headers:
+        cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        cmd.append(f"-I{os.path.join(cuda, 'include')}")
     libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
-    cmd += [src, "-o", out, f"-L{libdir}", "-lc10", f"-Wl,-rpath,{libdir}"]
+    cmd += [src, "-o", out, f"-L{libdir}"] + [f"-l{lib}" for lib in libs] + [f"-Wl,-rpath,{libdir}"]
     r = subprocess.run(cmd, capture_output=not verbose, text=True)
     if r.returncode != 0:
-        raise GmlakeError(f"gmlake: building {out} failed: {r.stderr.strip()[-2000:]}")
+        raise GmlakeError(f"gmlake: building {out} failed: {(r.stderr or '').strip()[-2000:]}")
     return out
+
+
+def build_oom_shim(verbose=False):
+    """Builds libgmlake_oom.so against this PyTorch (its headers and libc10), so that out of
+    memory raises torch.cuda.OutOfMemoryError. Needs g++; returns the path."""
+    return _build_against_torch("oom_shim.cc", _oom_shim_path(), ["c10"], verbose=verbose)
+
+
+def pair_bench_path():
+    return os.path.join(os.path.dirname(library_path()), "libgmlake_pair_bench.so")
+
+
+def build_pair_bench(verbose=False):
+    """Builds libgmlake_pair_bench.so (pair_bench.cc: alloc+free pairs in C++ through whichever
+    allocator PyTorch uses). Needs g++ and the CUDA headers; returns the path."""
+    return _build_against_torch("pair_bench.cc", pair_bench_path(), ["c10", "c10_cuda"], cuda_headers=True, verbose=verbose)
 
 
 def enable(policy=None, *, driver=None, threading=None, policy_module=None, record=True, oom_shim=True, device=None,

@@ -1,18 +1,23 @@
 """python -m gmlake_torch run [--policy P] [--knobs k=v,...] SCRIPT [ARGS...]
         runs SCRIPT with the engine as PyTorch's allocator (enable() first, then the script as __main__)
 python -m gmlake_torch build-oom-shim
-        builds libgmlake_oom.so against this PyTorch (out of memory -> torch.cuda.OutOfMemoryError)"""
+        builds libgmlake_oom.so against this PyTorch (out of memory -> torch.cuda.OutOfMemoryError)
+python -m gmlake_torch build-pair-bench
+        builds libgmlake_pair_bench.so (the per-call microbenchmark in C++, scripts/gpu/live_checks.py micro)"""
 import runpy
 import sys
 
-from . import GmlakeError, build_oom_shim, enable
+from . import GmlakeError, build_oom_shim, build_pair_bench, enable
 
-USAGE = "gmlake_torch: usage: python -m gmlake_torch run [--policy P] [--knobs k=v,...] SCRIPT [ARGS...] | build-oom-shim"
+USAGE = "gmlake_torch: usage: python -m gmlake_torch run [--policy P] [--knobs k=v,...] SCRIPT [ARGS...] | build-oom-shim | build-pair-bench"
 
 
 def main(argv):
     if argv[:1] == ["build-oom-shim"] and len(argv) == 1:
         print(build_oom_shim(verbose=True))
+        return 0
+    if argv[:1] == ["build-pair-bench"] and len(argv) == 1:
+        print(build_pair_bench(verbose=True))
         return 0
     if argv[:1] != ["run"]:
         print(USAGE, file=sys.stderr)
