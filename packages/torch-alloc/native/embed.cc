@@ -10,7 +10,8 @@
 //   thread - a dedicated JS thread owns the isolate; a caller hands the request over
 //            through a one-slot mailbox and spins, then sleeps on a futex, for the answer.
 // Node starts with no signal handlers, no stdio setup, no NODE_OPTIONS, no inspector, no
-// resource-limit or large-page changes: the host process keeps its own.
+// resource-limit or large-page changes, and leaves OpenSSL (which Python's hashlib and ssl
+// have set up in the same process) alone: the host process keeps its own.
 #include "embed.h"
 
 #include <linux/futex.h>
@@ -134,7 +135,7 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
   using namespace node::ProcessInitializationFlags;
   g_init = node::InitializeOncePerProcess(
                args, {kNoDefaultSignalHandling, kNoStdioInitialization, kNoAdjustResourceLimits, kNoUseLargePages,
-                      kDisableNodeOptionsEnv, kNoPrintHelpOrVersionOutput})
+                      kDisableNodeOptionsEnv, kNoPrintHelpOrVersionOutput, kNoInitOpenSSL})
                .release();
   if (g_init->early_return() || !g_init->errors().empty()) {
     *err = "Node.js initialization failed";
