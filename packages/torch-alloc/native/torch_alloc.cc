@@ -59,6 +59,7 @@ struct DeferredFree {
 };
 std::mutex g_deferredMutex;
 std::vector<DeferredFree> g_deferred;  // frees that arrived during capture
+std::atomic<size_t> g_deferredCount{0};  // its size, read without the lock on every call
 
 enum : int { kStatusCapture = -4 };
 // The fd through which the patched libnode reads its builtin JS files (scripts/fetch-libnode.sh).
@@ -111,6 +112,7 @@ void FreeNow(void* ptr, size_t size, void* stream) {
 }
 
 void FlushDeferred() {
+  if (g_deferredCount.load(std::memory_order_acquire) == 0) return;
   std::vector<DeferredFree> ready;
   {
     std::lock_guard<std::mutex> lock(g_deferredMutex);
@@ -118,6 +120,7 @@ void FlushDeferred() {
     std::vector<DeferredFree> keep;
     for (const DeferredFree& f : g_deferred) (Capturing(f.stream) ? keep : ready).push_back(f);
     g_deferred.swap(keep);
+    g_deferredCount.store(g_deferred.size(), std::memory_order_release);
   }
   for (const DeferredFree& f : ready) FreeNow(f.ptr, f.size, f.stream);
 }
@@ -249,6 +252,7 @@ GMLAKE_EXPORT void gmlake_free(void* ptr, size_t size, int device, void* stream)
   if (Capturing(stream)) {
     std::lock_guard<std::mutex> lock(g_deferredMutex);
     g_deferred.push_back({ptr, size, device, stream});
+    g_deferredCount.store(g_deferred.size(), std::memory_order_release);
     return;
   }
   FlushDeferred();
