@@ -45,6 +45,7 @@ cleanup() {
   if [ -n "${GMLAKE_OLD_GLIBC_ROOT:-}" ]; then rm -rf "$GMLAKE_OLD_GLIBC_ROOT/gmlake-registry-test"; fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM HUP # so that an interrupted run cleans up too
 
 step "start verdaccio"
 mkdir -p "$tmp/verdaccio"

@@ -1,6 +1,7 @@
 // Packs every workspace package with `pnpm pack` (what `pnpm publish` uploads) and checks
 // each tarball as a user would receive it:
-//   - no .tsbuildinfo; every source map's sources are in the tarball;
+//   - no build leftovers (.tsbuildinfo, __pycache__, .o, CMake's cache); every source
+//     map's sources are in the tarball;
 //   - LICENSE and README.md; no workspace: or catalog: left in the dependencies;
 //   - every file that main, types, typesVersions, exports and bin name is there, and every
 //     `new URL("...", import.meta.url)` the compiled code resolves (the CLI's default trace);
@@ -52,7 +53,7 @@ function checkPackage(dir, manifest) {
   const m = JSON.parse(readFileSync(join(pkg, "package.json"), "utf8"));
 
   for (const f of files) {
-    if (f.endsWith(".tsbuildinfo")) bad(`ships ${f}`);
+    if (/\.tsbuildinfo$|(^|\/)__pycache__\/|\.pyc$|\.o$|(^|\/)CMakeCache\.txt$|(^|\/)CMakeFiles\//.test(f)) bad(`ships a build leftover: ${f}`);
     if (f.endsWith(".map")) {
       const map = JSON.parse(readFileSync(join(pkg, f), "utf8"));
       for (const s of map.sources ?? []) {

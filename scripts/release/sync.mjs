@@ -2,8 +2,10 @@
 //   node scripts/release/sync.mjs            write the root's version, license, repository,
 //                                            author, homepage, bugs, engines.node and
 //                                            publishConfig.access (public) into
-//                                            every package, and the node10 type fallbacks
-//                                            (top-level "types", typesVersions) from exports;
+//                                            every package, the node10 type fallbacks
+//                                            (top-level "types", typesVersions) from exports
+//                                            and, beside "dist" in files, "src" (the source
+//                                            maps point there) and "!dist/**/*.tsbuildinfo";
 //                                            copy the root LICENSE into every package
 //   node scripts/release/sync.mjs 0.2.0      set the version first (root and every package)
 //   node scripts/release/sync.mjs --check    exit 1, naming each difference, if a write is due
@@ -39,6 +41,11 @@ function expected(dir, m) {
   e.engines = { ...(m.engines ?? {}), node: root.engines.node };
   // Scoped packages are private on a first `npm publish` unless told otherwise.
   e.publishConfig = { ...(m.publishConfig ?? {}), access: "public" };
+  // dist's source maps point at src: ship it; tsc's build info stays home.
+  if (e.files?.includes("dist")) {
+    const extra = [existsSync(join(ROOT, dir, "src")) ? "src" : null, "!dist/**/*.tsbuildinfo"].filter((f) => f && !e.files.includes(f));
+    e.files.splice(e.files.indexOf("dist") + 1, 0, ...extra);
+  }
   const main = m.exports?.["."];
   if (main && typeof main === "object") {
     e.main = main.default;

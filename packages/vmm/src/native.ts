@@ -7,7 +7,7 @@
  * (@gmlake/vmm-<platform>-<arch>-<libc>, an optional dependency installed only where its
  * os/cpu/libc match). The sim driver needs none of them.
  */
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 
@@ -83,11 +83,19 @@ interface VmmManifest {
 }
 const manifest = (): VmmManifest => require("../package.json") as VmmManifest;
 
+let triple: string | undefined;
 /** This machine as the platform packages name it: linux-x64-gnu, linux-arm64-musl, darwin-arm64 ... */
 export function platformTriple(): string {
-  if (process.platform !== "linux") return `${process.platform}-${process.arch}`;
-  const report = process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined;
-  return `linux-${process.arch}-${report?.header?.glibcVersionRuntime ? "gnu" : "musl"}`;
+  if (triple) return triple;
+  if (process.platform !== "linux") return (triple = `${process.platform}-${process.arch}`);
+  // musl's loader is /lib/ld-musl-<arch>.so.1 (process.report would say too, but takes ~85 ms).
+  let musl = false;
+  try {
+    musl = readdirSync("/lib").some((f) => f.startsWith("ld-musl-"));
+  } catch {
+    // no /lib: not a musl system laid out as musl's are
+  }
+  return (triple = `linux-${process.arch}-${musl ? "musl" : "gnu"}`);
 }
 
 /** The platform package that would hold the prebuilt addon for `triple`. */
