@@ -55,7 +55,7 @@ globalThis.__gmlakeCoverage = {
     return s;
   },
 };
-register("./coverage-hooks.mjs", import.meta.url);
+if (!process.env.FUZZ_NO_COVERAGE) register("./coverage-hooks.mjs", import.meta.url);
 const { fuzzOne } = await import("./target.mjs");
 const { pickle } = await import("@gmlake/trace");
 
@@ -239,7 +239,7 @@ const seedCount = corpus.length;
 let lastReport = t0;
 let saved = 0;
 const log = (what) => {
-  if (!opt.quiet) console.log(`fuzz: ${what} #${execs} ${((execs / (performance.now() - t0)) * 1000).toFixed(0)} exec/s, corpus ${corpus.length}, ${covered}/${edges} edges, ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+  if (!opt.quiet) console.log(`fuzz: ${what} #${execs} ${((execs / (performance.now() - t0)) * 1000).toFixed(0)} exec/s, corpus ${corpus.length}, ${covered}/${edges} edges, ${((performance.now() - t0) / 1000).toFixed(0)} s, heap ${(process.memoryUsage().heapUsed / 2 ** 20).toFixed(0)} MiB, rss ${(process.memoryUsage().rss / 2 ** 20).toFixed(0)} MiB, buffers ${(process.memoryUsage().arrayBuffers / 2 ** 20).toFixed(0)} MiB`);
 };
 log("seeded");
 while (execs < RUNS && performance.now() - t0 < MAX_MS) {
