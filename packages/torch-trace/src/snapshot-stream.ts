@@ -375,9 +375,10 @@ export class SnapshotStream implements PickleBuilder {
    * drops the rows of the lists it replaced. Returns the kept row indices, or null when all stay.
    */
   keepLastDeviceTraces(root: Map<string, PyValue>): Int32Array | null {
-    if (this.traceLists.length <= 1) return null;
     const final = root.get("device_traces");
-    const keepOwner = final instanceof DeviceTracesList ? this.traceLists.indexOf(final) : -2;
+    if (this.traceLists.length === 0 || (this.traceLists.length === 1 && final === this.traceLists[0])) return null;
+    // -1: rows of lists built generically (finishDeviceTraces), when the last value is one.
+    const keepOwner = final instanceof DeviceTracesList ? this.traceLists.indexOf(final) : -1;
     const runs = this.ownerRuns;
     const keep: number[] = [];
     for (let r = 0; r < runs.length; r += 2) {

@@ -118,6 +118,13 @@ describe("Python's dict semantics", () => {
     expect(Array.from(s.events.addr.subarray(0, 2))).toEqual([8192, 8192]);
   });
 
+  it("... also when the last device_traces is built with LIST opcodes (not streamed)", () => {
+    const generic = [0x28, 0x28, ...ev("alloc", 8192, 5), ...ev("free_completed", 8192, 6), 0x6c, 0x6c]; // MARK MARK e e LIST LIST
+    const bytes = P(0x80, 4, ...dict([["device_traces", traces(ev("alloc", 4096, 1))], ["device_traces", generic]]), 0x2e);
+    const s = readSnapshotBytes(bytes, { reconstruct: false });
+    expect(Array.from(s.events.addr.subarray(0, s.events.length))).toEqual([8192, 8192]);
+  });
+
   it("a repeated key inside an entry: the last value wins", () => {
     const e = dict([["action", str("alloc")], ["addr", int(4096)], ["size", int(1)], ["size", int(512)], ["x", int(1)], ["x", int(2)]]);
     const s = readSnapshotBytes(P(0x80, 4, ...dict([["device_traces", [0x5d, 0x28, 0x5d, 0x28, ...e, 0x65, 0x65]]]), 0x2e), { reconstruct: false });
