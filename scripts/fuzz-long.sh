@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
 # A long fuzz run: the property tests of the replayer/engine (stitch test/hostile.test.ts),
 # the CLI end to end (apps/cli test/fuzz.test.ts), the snapshot reader (torch-trace
-# test/fuzz.test.ts), then the full fault sweep and a random-fault soak.
+# test/fuzz.test.ts), then the full fault sweep and a random-fault soak, then the
+# coverage-guided fuzzer of the reader and the replay path (apps/cli/fuzz/engine.mjs).
 #
 #   bash scripts/fuzz-long.sh [CASES] [SEED]
+#   bash scripts/fuzz-long.sh --coverage-only [EXECUTIONS] [SEED]
 #
 # CASES: cases per property (default 20000; the CI run uses 800-2500). SEED: the
-# fast-check seed (default: the current time, printed, so a failure can be replayed with
-# the same CASES and SEED). Needs a build first: pnpm turbo run build --filter @gmlake/cli...
+# fast-check seed and the coverage fuzzer's (default: the current time, printed, so a
+# failure can be replayed with the same CASES and SEED). EXECUTIONS: the coverage
+# fuzzer's (default 2,000,000, at most FUZZ_MAX_SECONDS, default 3600); its corpus is
+# kept in FUZZ_CORPUS (default .fuzz-corpus/, ignored by git) so runs build on each
+# other, its findings go to .fuzz-findings/. Needs a build first: pnpm build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+coverage() {
+  mkdir -p "${FUZZ_CORPUS:-.fuzz-corpus}"
+  echo "fuzz-long: coverage-guided, $1 executions at most ${FUZZ_MAX_SECONDS:-3600} s, seed $2, $(date -u +%FT%TZ)"
+  node apps/cli/fuzz/engine.mjs --runs "$1" --max-seconds "${FUZZ_MAX_SECONDS:-3600}" --seed "$2" \
+    --corpus "${FUZZ_CORPUS:-.fuzz-corpus}" --findings .fuzz-findings
+}
+if [ "${1:-}" = "--coverage-only" ]; then
+  coverage "${2:-2000000}" "${3:-$(date +%s)}"
+  exit 0
+fi
 CASES="${1:-20000}"
 SEED="${2:-$(date +%s)}"
 export FUZZ_RUNS="$CASES" FUZZ_SEED="$SEED" FUZZ_SPAWNS="${FUZZ_SPAWNS:-64}"
@@ -26,3 +41,4 @@ fi
 (cd packages/stitch && node bench/fault-sweep.mjs --per-call 12 --release-side)
 total=$((CASES * 8 + CASES * 2 + FUZZ_SPAWNS))
 echo "fuzz-long: done in $(( $(date +%s) - t0 )) s; stitch + cli cases: $total (seed $SEED); reader cases as its test printed"
+coverage "${FUZZ_EXECUTIONS:-2000000}" "$SEED"

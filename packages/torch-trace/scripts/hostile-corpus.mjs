@@ -137,6 +137,7 @@ emit("time-nan", "values", snap([entry("alloc", 4096, 512, new PyFloat(NaN))]), 
 emit("time-backwards", "values", snap([entry("alloc", 4096, 512, 2000), entry("free_completed", 4096, 512, 1000)]), badValue("time_us"));
 emit("stream-nan", "values", snap([{ ...entry("alloc", 4096, 512, 1), stream: new PyFloat(NaN) }]), badValue("stream"));
 emit("stream-fraction", "values", snap([{ ...entry("alloc", 4096, 512, 1), stream: new PyFloat(1.5) }]), badValue("stream"));
+emit("stream-2e60", "values", snap([{ ...entry("alloc", 4096, 512, 1), stream: 2n ** 60n }]), badValue("stream"));
 emit("segments-overlap", "values", snap([], [seg(0), seg(0, { address: 2 ** 30 + 4096 })]), { exit: 2, stderr: "overlaps" });
 
 // ---- text that must not reach a terminal raw ---------------------------------------------

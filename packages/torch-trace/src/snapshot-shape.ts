@@ -53,7 +53,7 @@ export class ShapeReader {
   }
 
   private addr(d: Map<string, PyValue>, key: string, where: string, dflt?: number): number {
-    return this.int(d, key, where, 2 ** 64, "an address must be an integer in [0, 2^64)", dflt);
+    return this.int(d, key, where, 2 ** 53, "an address must be an integer in [0, 2^53)", dflt);
   }
 
   private device(d: Map<string, PyValue>, where: string): number {
@@ -95,7 +95,7 @@ export class ShapeReader {
         allocatedSize: this.bytes(s, "allocated_size", where, 0),
         activeSize: this.bytes(s, "active_size", where, 0),
         requestedSize: this.bytes(s, "requested_size", where, 0),
-        stream: this.int(s, "stream", where, 2 ** 64, "a cudaStream_t must be an integer in [0, 2^64)", 0),
+        stream: this.int(s, "stream", where, 2 ** 53, "a cudaStream_t must be an integer in [0, 2^53)", 0),
         segmentType: this.str(s, "segment_type", "large"),
         isExpandable: s.get("is_expandable") === true,
         poolId: Array.isArray(pool) && pool.length === 2 && typeof pool[0] === "number" && typeof pool[1] === "number" ? [pool[0], pool[1]] : null,

@@ -27,7 +27,6 @@ class TraceList extends BuiltContainer {
 const MAX_NAMES = 1024;
 const MAX_KEYS_PER_ENTRY = 256;
 const TWO53 = 2 ** 53;
-const TWO64 = 2 ** 64;
 
 const S_ACTION = 0, S_ADDR = 1, S_SIZE = 2, S_STREAM = 3, S_TIME = 4, S_DEVICE_FREE = 5, S_FRAMES = 6, S_IGNORED = 7, S_UNKNOWN = 8;
 const NUMERIC_NAMES = ["", "addr", "size", "stream", "time_us", "device_free"];
@@ -158,7 +157,7 @@ export class SnapshotStream implements PickleBuilder {
     /** Pickle size in bytes: real snapshots take ~72 bytes per entry, so this sizes the log once. */
     pickleBytes = 0,
   ) {
-    this.log = new EventLog(Math.min(1 << 24, Math.max(1 << 12, Math.ceil(pickleBytes / 64))));
+    this.log = new EventLog(Math.min(1 << 24, Math.max(1 << 6, Math.ceil(pickleBytes / 64))));
     this.frames = keepFrames ? [] : undefined;
   }
 
@@ -343,7 +342,7 @@ export class SnapshotStream implements PickleBuilder {
     const aux = isOom ? this.num(e, S_DEVICE_FREE, e.deviceFree, tl, false) : 0;
     // Values PyTorch cannot record (c10 keeps them as size_t / uintptr_t / int64 µs): one
     // test on the common path, the exact reason only on failure. NaN fails every compare.
-    if (!(sz >= 0 && sz < TWO53 && Math.floor(sz) === sz && a >= 0 && a < TWO64 && Math.floor(a) === a && rawStream >= 0 && rawStream < TWO64 && Math.floor(rawStream) === rawStream && (t >= tl.lastTime || t === 0) && Math.floor(t) === t && aux >= 0 && aux < TWO64 && Math.floor(aux) === aux)) {
+    if (!(sz >= 0 && sz < TWO53 && Math.floor(sz) === sz && a >= 0 && a < TWO53 && Math.floor(a) === a && rawStream >= 0 && rawStream < TWO53 && Math.floor(rawStream) === rawStream && (t >= tl.lastTime || t === 0) && Math.floor(t) === t && aux >= 0 && aux < TWO53 && Math.floor(aux) === aux)) {
       this.badValues(tl, sz, a, rawStream, t, aux);
     }
     if (t !== 0) tl.lastTime = t; // 0: no time recorded (older torch, or an exporter's placeholder), not ordered
@@ -357,11 +356,13 @@ export class SnapshotStream implements PickleBuilder {
       this.vm.fail("BAD_VALUE", `device_traces[${tl.device}][${tl.count}].${field} is ${v}: ${what}`);
     const int = (v: number, max: number): boolean => v >= 0 && v < max && Math.floor(v) === v;
     if (!int(sz, TWO53)) bad("size", sz, "a byte count must be an integer in [0, 2^53)");
-    if (!int(a, TWO64)) bad("addr", a, "an address must be an integer in [0, 2^64)");
-    if (!int(rawStream, TWO64)) bad("stream", rawStream, "a cudaStream_t must be an integer in [0, 2^64)");
+    // Real addresses and stream pointers are below 2^48; above 2^53 a double would merge
+    // distinct values (two blocks, two streams) into one.
+    if (!int(a, TWO53)) bad("addr", a, "an address must be an integer in [0, 2^53)");
+    if (!int(rawStream, TWO53)) bad("stream", rawStream, "a cudaStream_t must be an integer in [0, 2^53)");
     if (!(Math.floor(t) === t)) bad("time_us", t, "a time must be an integer number of microseconds");
     if (!(t >= tl.lastTime) && t !== 0) bad("time_us", t, `earlier than the entry before it (${tl.lastTime}); PyTorch records a device's entries in time order`);
-    return bad("device_free", aux, "a byte count must be an integer in [0, 2^64)");
+    return bad("device_free", aux, "a byte count must be an integer in [0, 2^53)");
   }
 
   private ownerChange(owner: DeviceTracesList | null): void {
@@ -374,9 +375,10 @@ export class SnapshotStream implements PickleBuilder {
    * drops the rows of the lists it replaced. Returns the kept row indices, or null when all stay.
    */
   keepLastDeviceTraces(root: Map<string, PyValue>): Int32Array | null {
-    if (this.traceLists.length <= 1) return null;
     const final = root.get("device_traces");
-    const keepOwner = final instanceof DeviceTracesList ? this.traceLists.indexOf(final) : -2;
+    if (this.traceLists.length === 0 || (this.traceLists.length === 1 && final === this.traceLists[0])) return null;
+    // -1: rows of lists built generically (finishDeviceTraces), when the last value is one.
+    const keepOwner = final instanceof DeviceTracesList ? this.traceLists.indexOf(final) : -1;
     const runs = this.ownerRuns;
     const keep: number[] = [];
     for (let r = 0; r < runs.length; r += 2) {

@@ -81,6 +81,9 @@ describe("values PyTorch cannot record: BAD_VALUE naming the entry and field", (
     [snap([entry("alloc", 4096, 512, 20), entry("free_completed", 4096, 512, 10)]), "device_traces[0][1].time_us is 10: earlier"],
     [snap([entry("alloc", 4096, 512, 1, { stream: new PyFloat(NaN) })]), "device_traces[0][0].stream is NaN"],
     [snap([entry("alloc", 4096, 512, 1, { stream: new PyFloat(2.5) })]), "device_traces[0][0].stream is 2.5"],
+    // found by the coverage fuzzer: a stream of 1.8e16 reached the allocator's malloc
+    [snap([entry("alloc", 4096, 512, 1, { stream: 18347888777097290 })]), "device_traces[0][0].stream is 18347888777097290"],
+    [snap([entry("alloc", 2 ** 60, 512, 1)]), "device_traces[0][0].addr is 1152921504606847000"],
     [snap([], [{ device: 1e9, address: 0, total_size: 1 }]), "segments[0].device is 1000000000"],
     [snap([], [{ device: -1, address: 0, total_size: 1 }]), "segments[0].device is -1"],
     [snap([], [{ device: 0, address: 0, total_size: -5 }]), "segments[0].total_size is -5"],
@@ -113,6 +116,13 @@ describe("Python's dict semantics", () => {
     const s = readSnapshotBytes(bytes, { reconstruct: false });
     expect(s.events.length).toBe(2);
     expect(Array.from(s.events.addr.subarray(0, 2))).toEqual([8192, 8192]);
+  });
+
+  it("... also when the last device_traces is built with LIST opcodes (not streamed)", () => {
+    const generic = [0x28, 0x28, ...ev("alloc", 8192, 5), ...ev("free_completed", 8192, 6), 0x6c, 0x6c]; // MARK MARK e e LIST LIST
+    const bytes = P(0x80, 4, ...dict([["device_traces", traces(ev("alloc", 4096, 1))], ["device_traces", generic]]), 0x2e);
+    const s = readSnapshotBytes(bytes, { reconstruct: false });
+    expect(Array.from(s.events.addr.subarray(0, s.events.length))).toEqual([8192, 8192]);
   });
 
   it("a repeated key inside an entry: the last value wins", () => {
