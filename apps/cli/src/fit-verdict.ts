@@ -20,7 +20,11 @@ export interface FitVerdict {
   reserveBytes: number;
   /** --capacity (the device), or null. */
   capacityBytes: number | null;
-  /** Whether the replay under capacity - reserve ran to the end (null without --capacity). */
+  /**
+   * Whether the replay under capacity - reserve ran to the end (null without --capacity).
+   * With several devices, from the search (each GPU's own events against the capacity):
+   * the replay caps the devices' sum.
+   */
   fits: boolean | null;
   /** capacity - reserve - smallest capacity (negative: short by that much); null without --capacity. */
   headroomBytes: number | null;
@@ -50,7 +54,7 @@ export function howToRun(policy: string, recordedConf: string): { howToRun: stri
  * The fit search for one trace x policy, always on the sim driver (dozens of replays; a
  * real driver would need the memory), with the policy's knobs and the trace's settings.
  */
-export function fitVerdict(t: LoadedTrace, policy: string, options: Record<string, unknown>, budget: DeviceBudget, measured: { fits: boolean | null; peakReservedBytes?: number; peakRequestedBytes?: number }): FitVerdict {
+export function fitVerdict(t: LoadedTrace, policy: string, options: Record<string, unknown>, budget: DeviceBudget, measured: { fits?: boolean | null; peakReservedBytes?: number; peakRequestedBytes?: number }): FitVerdict {
   const s = t.snapshot;
   const f = asUsage(() =>
     smallestCapacity(s.events, {
@@ -75,7 +79,7 @@ export function fitVerdict(t: LoadedTrace, policy: string, options: Record<strin
     searchReplays: f.replays,
     reserveBytes: budget.reserveBytes,
     capacityBytes: budget.capacityBytes,
-    fits: measured.fits,
+    fits: measured.fits === undefined ? (cap === null || smallest === null ? null : smallest <= cap) : measured.fits,
     headroomBytes: cap === null || smallest === null ? null : cap - smallest,
     ...howToRun(policy, s.allocatorSettings.allocConf),
   };

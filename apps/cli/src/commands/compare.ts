@@ -189,7 +189,8 @@ Examples:
         let fit: FitVerdict | undefined;
         if (search) {
           fit = fitVerdict(t, policy, options, budget, {
-            fits: budget.capacityBytes === null ? null : r.finished,
+            // several devices: each GPU has the capacity, which the search checks per device
+            fits: budget.capacityBytes === null ? null : s.devices.length > 1 ? undefined : r.finished,
             peakReservedBytes: r.finished ? r.peakReservedBytes : undefined,
             peakRequestedBytes: rec.peakRequestedBytes,
           });
