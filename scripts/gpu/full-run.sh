@@ -11,9 +11,12 @@
 #   binding  bench/binding-overhead.mjs host cuda (in-process C++ loop vs addon vs driver class)
 #   reader   torch-trace's bench/read-speed.mjs: the snapshot reader vs CPython's pickle on opt1b_generate
 #   memviz   PyTorch's own tooling (torch.cuda._memory_viz) reads our memory-viz exports of a vms
-#            and a gmlake replay: stats, trace, and the viewer's HTML pages (trace_plot, segment_plot)
+#            and a gmlake replay: stats, trace, and the viewer's HTML pages (trace_plot, segment_plot);
+#            gpt2_ft_stacks exported: the viewer's trace names GPT-2's code (the stacks kept)
 #   bench    apps/bench on the carried traces, drivers cuda,sim, capacity factor 1.02
 #   faults   packages/stitch/bench/fault-sweep.mjs --driver cuda (skipped if absent or no cuda)
+#   reserve  (only with STEPS=...,reserve) scripts/gpu/measure-reserve.sh: the device memory a
+#            PyTorch process holds outside its allocator, the basis of gmlake's --reserve default
 # Choose steps with STEPS=doctor,vmm,...; override a step's limit with T_<step>=seconds
 # (e.g. T_bench=200); the whole stays inside TOTAL seconds (default 560: a step gets at most
 # what is left, so the `run` call's 600 s are never hit). BINDING_ARGS / BENCH_ARGS /
@@ -124,7 +127,10 @@ main() {
       python3 -m torch.cuda._memory_viz trace_plot "$1/memviz-$p.pickle" -o "$1/memviz-$p-trace.html"
       python3 -m torch.cuda._memory_viz segment_plot "$1/memviz-$p.pickle" -o "$1/memviz-$p-segments.html"
       ls -la "$1/memviz-$p-trace.html" "$1/memviz-$p-segments.html"
-    done' "$traces" "$work"
+    done
+    # the export keeps the stacks: PyTorch'"'"'s viewer names the model'"'"'s code (GPT-2'"'"'s GELU, attention)
+    node apps/cli/dist/main.js replay "$0/gpt2_ft_stacks.pickle.gz" -p caching --export memory-viz "$1/memviz-stacks.pickle"
+    python3 -m torch.cuda._memory_viz trace "$1/memviz-stacks.pickle" | grep -c "modeling_gpt2\|activations.py"' "$traces" "$work"
   # shellcheck disable=SC2086
   step bench "$dest" node apps/bench/dist/main.js --traces "$traces" --drivers cuda,sim --capacity-factor 1.02 \
     --out "$work/bench" ${BENCH_ARGS:-}
@@ -138,6 +144,8 @@ main() {
     # shellcheck disable=SC2086
     step faults "$dest/packages/stitch" node bench/fault-sweep.mjs --driver cuda ${FAULT_ARGS:-}
   fi
+  # not in the default steps (STEPS=reserve): what a PyTorch process holds outside its allocator
+  step reserve "$gpu_root" env OUT="$work" bash scripts/gpu/measure-reserve.sh
 
   echo
   echo "=== summary (also in summary.txt; everything in results.tar.gz)"

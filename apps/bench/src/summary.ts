@@ -12,7 +12,10 @@ export interface SummaryInput {
   recorded: Recorded[];
 }
 
-/** The Markdown summary: per trace x policy x driver, beside PyTorch's own figures. */
+/**
+ * The Markdown summary: per trace x policy x driver, beside PyTorch's own figures. A run
+ * that stopped at an out-of-memory shows OOM, not the figures it had reached there.
+ */
 export function markdownSummary(x: SummaryInput): string {
   const recByTrace = new Map(x.recorded.map((r) => [r.trace, r]));
   // PyTorch's measured figures for a workload: the default-mode file and its _expandable twin.
@@ -37,7 +40,7 @@ export function markdownSummary(x: SummaryInput): string {
     const calls = Object.values(r.driverCalls).reduce((a, b) => a + b, 0);
     const dur = recByTrace.get(r.trace)?.durationUs ?? r.traceDurationUs;
     out.push(
-      `| ${r.trace} | ${r.policy} | ${r.driver} | ${r.capacityNote ?? (r.capacityBytes ? gib(r.capacityBytes) : "-")} | ${gib(r.peakRequestedBytes)} | ${gib(r.peakReservedBytes)} | ${r.utilization.toFixed(3)} | ${pt(m.caching)} | ${pt(m.expandable)} | ${r.error ? `ERROR ${r.error}` : r.oom ? `at #${r.oom.eventIndex}` : "no"} | ${calls} | ${(r.driverTimeUs / 1000).toFixed(1)} | ${dur > 0 ? ((100 * r.driverTimeUs) / dur).toFixed(2) : "-"} | ${r.driverCallsSecondHalf} | ${(r.eventsPerSecond / 1e6).toFixed(2)} | ${r.driver === "sim" ? "-" : `${r.integrityErrors} / ${r.integrityChecked}`} | ${gib(r.deviceUsedAtPeakBytes)} |`,
+      `| ${r.trace} | ${r.policy} | ${r.driver} | ${r.capacityNote ?? (r.capacityBytes ? gib(r.capacityBytes) : "-")} | ${gib(r.peakRequestedBytes)} | ${r.oom ? "OOM" : gib(r.peakReservedBytes)} | ${r.oom ? "-" : r.utilization.toFixed(3)} | ${pt(m.caching)} | ${pt(m.expandable)} | ${r.error ? `ERROR ${r.error}` : r.oom ? `at #${r.oom.eventIndex}` : "no"} | ${calls} | ${(r.driverTimeUs / 1000).toFixed(1)} | ${dur > 0 ? ((100 * r.driverTimeUs) / dur).toFixed(2) : "-"} | ${r.driverCallsSecondHalf} | ${(r.eventsPerSecond / 1e6).toFixed(2)} | ${r.driver === "sim" ? "-" : `${r.integrityErrors} / ${r.integrityChecked}`} | ${gib(r.deviceUsedAtPeakBytes)} |`,
     );
   }
   return out.join("\n") + "\n";

@@ -56,6 +56,12 @@ describe("gmlake-bench", () => {
     const caching = j.results.find((x: { trace: string; policy: string; capacityBytes: number | null }) => x.trace === "train_default" && x.policy === "caching" && x.capacityBytes === null);
     expect(caching.peakReservedBytes).toBe(j.recorded[0].peakReservedBytes);
     const md = readFileSync(join(out, "summary.md"), "utf8");
+    // a run that stopped at an out-of-memory shows OOM, not the figures it had reached
+    const oomRows = j.results.filter((x: { oom: unknown }) => x.oom);
+    expect(oomRows.length).toBeGreaterThan(0); // expandable at 1.02x on small/train_*
+    for (const row of oomRows) {
+      expect(md).toMatch(new RegExp(`\\| ${row.trace} \\| ${row.policy} \\| sim \\| [^|]+ \\| [\\d.]+ \\| OOM \\| - \\|`));
+    }
     expect(md).toMatch(/\| train_default \| caching \| sim \|/);
     expect(md).toMatch(/PyTorch default: reserved/);
     expect(readdirSync(out).filter((f) => f.endsWith(".svg")).sort()).toEqual(["train_default.svg", "train_expandable.svg"]);

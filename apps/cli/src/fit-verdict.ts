@@ -20,7 +20,11 @@ export interface FitVerdict {
   reserveBytes: number;
   /** --capacity (the device), or null. */
   capacityBytes: number | null;
-  /** Whether the replay under capacity - reserve ran to the end (null without --capacity). */
+  /**
+   * Whether the replay under capacity - reserve ran to the end (null without --capacity).
+   * With several devices, from the search (each GPU's own events against the capacity):
+   * the replay caps the devices' sum.
+   */
   fits: boolean | null;
   /** capacity - reserve - smallest capacity (negative: short by that much); null without --capacity. */
   headroomBytes: number | null;
@@ -50,7 +54,7 @@ export function howToRun(policy: string, recordedConf: string): { howToRun: stri
  * The fit search for one trace x policy, always on the sim driver (dozens of replays; a
  * real driver would need the memory), with the policy's knobs and the trace's settings.
  */
-export function fitVerdict(t: LoadedTrace, policy: string, options: Record<string, unknown>, budget: DeviceBudget, measured: { fits: boolean | null; peakReservedBytes?: number; peakRequestedBytes?: number }): FitVerdict {
+export function fitVerdict(t: LoadedTrace, policy: string, options: Record<string, unknown>, budget: DeviceBudget, measured: { fits?: boolean | null; peakReservedBytes?: number; peakRequestedBytes?: number }): FitVerdict {
   const s = t.snapshot;
   const f = asUsage(() =>
     smallestCapacity(s.events, {
@@ -75,10 +79,31 @@ export function fitVerdict(t: LoadedTrace, policy: string, options: Record<strin
     searchReplays: f.replays,
     reserveBytes: budget.reserveBytes,
     capacityBytes: budget.capacityBytes,
-    fits: measured.fits,
+    fits: measured.fits === undefined ? (cap === null || smallest === null ? null : smallest <= cap) : measured.fits,
     headroomBytes: cap === null || smallest === null ? null : cap - smallest,
     ...howToRun(policy, s.allocatorSettings.allocConf),
   };
+}
+
+/**
+ * max_split_size_mb values tried for PyTorch's default allocator (it stops splitting
+ * cached blocks above this size, PyTorch's own knob against fragmentation): log-spaced,
+ * as the effect is not monotone in the value (on llama1b_lora 64 MiB needs 10.37 GiB,
+ * 256 MiB 11.08 GiB, none 12.04 GiB).
+ */
+export const MAX_SPLIT_MIB = [64, 256, 1024];
+
+/**
+ * The default allocator with each MAX_SPLIT_MIB setting, searched like a policy: settings
+ * a user can set today, for the advice. `fits` is the search's (smallest <= capacity -
+ * reserve): these are not replayed under --capacity.
+ */
+export function maxSplitVerdicts(t: LoadedTrace, knobs: Record<string, unknown>, budget: DeviceBudget, peakRequestedBytes: number): FitVerdict[] {
+  return MAX_SPLIT_MIB.map((mib) => {
+    const v = fitVerdict(t, "caching", { ...knobs, maxSplitSize: mib * 2 ** 20 }, budget, { fits: null, peakRequestedBytes });
+    const fits = budget.allocatorBytes === null || v.smallestCapacityBytes === null ? null : v.smallestCapacityBytes <= budget.allocatorBytes;
+    return { ...v, policy: `caching max_split_size_mb:${mib}`, howToRun: `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:${mib}`, inPyTorch: true, fits };
+  });
 }
 
 /** One line: which setting gives the best result in PyTorch today, and what only our allocator gives. */

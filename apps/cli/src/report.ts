@@ -133,6 +133,10 @@ export function reportHtml(x: ReportInput): string {
     out.push(`<h2>${esc(t.name)}</h2>`);
     if (t.advice) out.push(`<div class="card advice">${esc(t.advice)}</div>`);
     out.push(compareTable(t));
+    const alt = t.fit.filter((v) => v.policy.startsWith("caching max_split_size_mb:") && v.smallestDeviceBytes !== null);
+    if (alt.length) {
+      out.push(`<p class="meta">PyTorch's default allocator with ${alt.map((v) => `<code>${esc(v.howToRun.replace("PYTORCH_CUDA_ALLOC_CONF=", ""))}</code>: ${gib(v.smallestDeviceBytes!)}`).join(", ")} (smallest GPU, searched for the advice).</p>`);
+    }
     if (t.svg) out.push(`<h3>Memory over time</h3><div class="card plot">${t.svg.replace(/^<\?xml[^>]*>/, "")}</div>`);
     if (t.answers) {
       out.push(`<h3>What holds the memory at the peak</h3>${sitesSection(t.answers)}`);

@@ -42,8 +42,14 @@ describe("compare: will it fit", () => {
   });
 
   it("the smallest GPU of each policy runs the trace, 2 MiB less does not (replay --capacity, --reserve)", () => {
-    const j = json<CompareOut>(cli(["compare", "--json", "--reserve", "512MiB"]));
+    const j = json<CompareOut & { alternatives: Fit[] }>(cli(["compare", "--json", "--reserve", "512MiB"]));
     expect(j.fit.map((f) => f.policy)).toEqual(["caching", "expandable", "gmlake", "vms"]);
+    expect(j.alternatives.map((f) => f.policy)).toEqual(["caching max_split_size_mb:64", "caching max_split_size_mb:256", "caching max_split_size_mb:1024"]);
+    for (const f of j.alternatives) {
+      const m = /max_split_size_mb:(\d+)/.exec(f.policy)!;
+      const at = json<{ oom: unknown }>(cli(["replay", "--policy", "caching", "--set", `maxSplitSize=${m[1]}MiB`, "--capacity", String(f.smallestDeviceBytes), "--reserve", "512MiB", "--json"]));
+      expect(at.oom, f.policy).toBeNull();
+    }
     for (const f of j.fit) {
       expect(f.reserveBytes).toBe(512 * MiB);
       expect(f.smallestDeviceBytes).toBe(f.smallestCapacityBytes + 512 * MiB);

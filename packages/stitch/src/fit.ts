@@ -50,9 +50,23 @@ const up = (b: number): number => Math.ceil(b / FIT_RESOLUTION) * FIT_RESOLUTION
  * the search then climbs). The result is checked on both sides: it fits, and one
  * resolution step below it does not. Fit is assumed to be monotone in the capacity
  * between the two bounds (a policy could fit at some smaller capacity by luck; the
- * search reports the boundary it found).
+ * search reports the boundary it found). With several devices: the capacity each GPU
+ * needs, the largest of the devices' answers (each device searched on its own events).
  */
 export function smallestCapacity(log: EventLog, o: FitOptions): FitResult {
+  // Each GPU has its own memory: with several devices, the capacity every one of them
+  // needs (the largest of the per-device answers), each searched on its own events.
+  if (o.device === undefined) {
+    const devices = [...new Set(log.device.subarray(0, log.length))].sort((a, b) => a - b);
+    if (devices.length > 1) {
+      const per = devices.map((device) => smallestCapacity(log, { ...o, device, peakReservedBytes: undefined, peakRequestedBytes: undefined }));
+      const replays = per.reduce((n, r) => n + r.replays, 0);
+      const none = per.find((r) => r.smallestCapacityBytes === null);
+      if (none) return { ...none, replays };
+      const worst = per.reduce((a, b) => (b.smallestCapacityBytes! > a.smallestCapacityBytes! ? b : a));
+      return { ...worst, replays };
+    }
+  }
   const maxReplays = o.maxReplays ?? 40;
   if (!(Number.isInteger(maxReplays) && maxReplays >= 1)) throw new StitchError("BAD_ARGUMENT", `Expected maxReplays >= 1 but received ${maxReplays}`);
   let replays = 0;

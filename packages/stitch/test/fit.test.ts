@@ -93,3 +93,21 @@ describe.skipIf(!medium)("memoryAtPeak", () => {
     expect(free).toBe(m.all.reservedBytes - m.all.activeBytes);
   });
 });
+
+describe("smallestCapacity with several devices", () => {
+  it("is the capacity every GPU needs: the largest of the per-device answers", async () => {
+    const { fileURLToPath } = await import("node:url");
+    const p = fileURLToPath(new URL("../../torch-trace/test/fixtures/multi_device.p4.pickle", import.meta.url));
+    const s = await readSnapshot(p);
+    expect(s.devices).toEqual([0, 2]);
+    const o = { policy: "caching", driver: new SimDriver(), settings: s.allocatorSettings };
+    const all = smallestCapacity(s.events, o);
+    const per = [0, 2].map((device) => smallestCapacity(s.events, { ...o, device }).smallestCapacityBytes!);
+    expect(all.smallestCapacityBytes).toBe(Math.max(...per));
+    // every device runs at that capacity, its own answer - 2 MiB does not
+    for (const [i, device] of [0, 2].entries()) {
+      expect(replay(s.events, { ...o, driver: new SimDriver(), device, capacity: all.smallestCapacityBytes!, recorder: null }).oom).toBeNull();
+      expect(replay(s.events, { ...o, driver: new SimDriver(), device, capacity: per[i]! - FIT_RESOLUTION, recorder: null }).oom).not.toBeNull();
+    }
+  });
+});

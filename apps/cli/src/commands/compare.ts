@@ -4,7 +4,7 @@ import { basename, join } from "node:path";
 import { UsageError } from "../cli-error.js";
 import type { Command } from "../command.js";
 import { parseBudget, type DeviceBudget } from "../device-budget.js";
-import { advice, fitVerdict, type FitVerdict } from "../fit-verdict.js";
+import { advice, fitVerdict, maxSplitVerdicts, type FitVerdict } from "../fit-verdict.js";
 import { loadTrace, nameOf } from "../load-trace.js";
 import { parseDriver, parsePolicies, parseSets } from "../options.js";
 import { DEFAULT_POLICIES, defaultPolicies, knobsFor } from "../policy-knobs.js";
@@ -34,6 +34,8 @@ export interface CompareJson {
   recorded: RecordedRow[];
   /** Per trace x policy, the fit search (empty with --no-fit). */
   fit: FitVerdict[];
+  /** PyTorch settings searched for the advice only: the default allocator with max_split_size_mb values. */
+  alternatives: FitVerdict[];
   budget: { capacityBytes: number | null; reserveBytes: number; allocatorBytes: number | null };
   advice: { trace: string; text: string }[];
 }
@@ -110,8 +112,9 @@ fragmentation costs), whether it fits --capacity, and the smallest GPU it runs o
 smallest GPU: a bisection over replays (sim driver) for the smallest capacity on which
 the whole trace runs, to 2 MiB (every reservation is a multiple of 2 MiB, so the answer
 is exact), plus --reserve. One line of advice per trace: the PyTorch setting that gives
-the best result today, and what only our live allocator gives. Without a trace: the
-embedded default.
+the best result today (the default allocator, expandable_segments:True, or the default
+with max_split_size_mb 64, 256 or 1024, searched too), and what only our live allocator
+gives. Without a trace: the embedded default.
 
 Options:
   --policies, -p  comma-separated policy names (default: ${DEFAULT_POLICIES.join(",")}, those registered)
@@ -126,7 +129,7 @@ Options:
   --set k=v       a knob passed to every policy that has it
   --verbose, -v   more columns: headroom, peak requested, utilization, OOM event, driver
                   calls and time, second-half calls, replay speed, search replays
-  --json          {rows, recorded, fit, budget, advice} (see apps/cli/README.md)
+  --json          {rows, recorded, fit, alternatives, budget, advice} (apps/cli/README.md)
   --markdown      a Markdown table
   --plot DIR      one SVG per trace: allocated and each policy's reserved over time, the
                   recorded line on top, the capacity line and out-of-memory markers
@@ -161,6 +164,7 @@ Examples:
       rows: [],
       recorded: [],
       fit: [],
+      alternatives: [],
       budget: { capacityBytes: budget.capacityBytes, reserveBytes: budget.reserveBytes, allocatorBytes: budget.allocatorBytes },
       advice: [],
     };
@@ -185,7 +189,8 @@ Examples:
         let fit: FitVerdict | undefined;
         if (search) {
           fit = fitVerdict(t, policy, options, budget, {
-            fits: budget.capacityBytes === null ? null : r.finished,
+            // several devices: each GPU has the capacity, which the search checks per device
+            fits: budget.capacityBytes === null ? null : s.devices.length > 1 ? undefined : r.finished,
             peakReservedBytes: r.finished ? r.peakReservedBytes : undefined,
             peakRequestedBytes: rec.peakRequestedBytes,
           });
@@ -195,6 +200,11 @@ Examples:
         lines.push({ kind: "replay", r, fit });
         if (result.log) series.push({ label: policy, log: result.log, oomAtUs: result.oom ? s.events.timeUs[result.oom.eventIndex] : undefined });
         done++;
+      }
+      if (search && policies.includes("caching")) {
+        const alt = maxSplitVerdicts(t, knobsFor("caching", sets), budget, rec.peakRequestedBytes);
+        out.alternatives.push(...alt);
+        verdicts.push(...alt);
       }
       const text = search ? advice(verdicts, budget) : null;
       if (text !== null) out.advice.push({ trace: t.name, text });

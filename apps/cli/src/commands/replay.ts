@@ -137,5 +137,7 @@ export function describeRow(r: ReplayRow): string {
     `  driver time     ${(r.driverTimeUs / 1000).toFixed(2)} ms${r.traceDurationUs > 0 ? ` (${((100 * r.driverTimeUs) / r.traceDurationUs).toFixed(3)}% of the trace's ${(r.traceDurationUs / 1e6).toFixed(2)} s)` : ""}; ${r.driverCallsSecondHalf} calls in the second half`,
   ];
   if (r.driver !== "sim") lines.push(`  integrity       ${r.integrityErrors} errors in ${r.integrityChecked} checked blocks`);
+  // a run cut short by an out-of-memory: its peaks are up to there, not a finished run's
+  if (r.oom) lines.splice(1, 0, `  OOM             the figures below stop at event ${r.oom.eventIndex}, where it ran out of memory: not those of a finished run`);
   return lines.join("\n");
 }
