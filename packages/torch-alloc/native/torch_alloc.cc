@@ -85,19 +85,48 @@ std::string SelfDir() {
   return Dir(p);
 }
 
+// A thread that has made no CUDA runtime call yet (PyTorch's autograd thread, which only
+// records its device) has no current context: cuStreamIsCapturing answers
+// CUDA_ERROR_INVALID_CONTEXT there (seen on the H200: every backward allocation was refused
+// as "during capture"). Then the device's primary context, the one PyTorch uses, is made
+// current on this thread and the question asked again.
+using DeviceGetFn = int (*)(int* dev, int ordinal);
+using PrimaryRetainFn = int (*)(void** ctx, int dev);
+using CtxSetCurrentFn = int (*)(void* ctx);
+DeviceGetFn g_deviceGet = nullptr;
+PrimaryRetainFn g_primaryRetain = nullptr;
+CtxSetCurrentFn g_ctxSetCurrent = nullptr;
+constexpr int kCudaErrorInvalidContext = 201;
+
+bool MakePrimaryCurrent(int device) {
+  if (g_deviceGet == nullptr || g_primaryRetain == nullptr || g_ctxSetCurrent == nullptr) return false;
+  int dev = 0;
+  void* ctx = nullptr;
+  // One retain per thread that needs it: the primary context lives as long as the process.
+  return g_deviceGet(&dev, device) == 0 && g_primaryRetain(&ctx, dev) == 0 && g_ctxSetCurrent(ctx) == 0;
+}
+
 // Whether `stream` is capturing a CUDA graph (any answer but "no" counts as capturing:
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT on the legacy stream during a global capture too).
-bool Capturing(void* stream) {
+bool Capturing(void* stream, int device) {
   if (g_isCapturing == nullptr) return false;
   int status = kCaptureStatusNone;
   int r = g_isCapturing(stream, &status);
+  if (r == kCudaErrorInvalidContext && MakePrimaryCurrent(device)) {
+    status = kCaptureStatusNone;
+    r = g_isCapturing(stream, &status);
+  }
   return r != 0 || status != kCaptureStatusNone;
 }
 
 void LoadCaptureCheck() {
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (cuda == nullptr) cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (cuda != nullptr) g_isCapturing = reinterpret_cast<IsCapturingFn>(dlsym(cuda, "cuStreamIsCapturing"));
+  if (cuda == nullptr) return;
+  g_isCapturing = reinterpret_cast<IsCapturingFn>(dlsym(cuda, "cuStreamIsCapturing"));
+  g_deviceGet = reinterpret_cast<DeviceGetFn>(dlsym(cuda, "cuDeviceGet"));
+  g_primaryRetain = reinterpret_cast<PrimaryRetainFn>(dlsym(cuda, "cuDevicePrimaryCtxRetain"));
+  g_ctxSetCurrent = reinterpret_cast<CtxSetCurrentFn>(dlsym(cuda, "cuCtxSetCurrent"));
 }
 
 void FreeNow(void* ptr, size_t size, void* stream) {
@@ -118,7 +147,7 @@ void FlushDeferred() {
     std::lock_guard<std::mutex> lock(g_deferredMutex);
     if (g_deferred.empty()) return;
     std::vector<DeferredFree> keep;
-    for (const DeferredFree& f : g_deferred) (Capturing(f.stream) ? keep : ready).push_back(f);
+    for (const DeferredFree& f : g_deferred) (Capturing(f.stream, f.device) ? keep : ready).push_back(f);
     g_deferred.swap(keep);
     g_deferredCount.store(g_deferred.size(), std::memory_order_release);
   }
@@ -219,7 +248,7 @@ GMLAKE_EXPORT int gmlake_try_alloc(size_t size, int device, void* stream, void**
     t_error = "gmlake: the allocator is not started (call gmlake_torch.enable() before the first CUDA tensor)";
     return kStatusNotStarted;
   }
-  if (Capturing(stream)) {
+  if (Capturing(stream, device)) {
     t_error = "gmlake: an allocation of " + std::to_string(size) +
               " bytes during CUDA-graph capture: the stitching allocator makes no driver call during capture; "
               "capture with PyTorch's own allocator";
@@ -249,7 +278,7 @@ GMLAKE_EXPORT void* gmlake_alloc(size_t size, int device, void* stream) {
 /** PyTorch's free(ptr, size, device, stream): stream = the one the block was allocated on. */
 GMLAKE_EXPORT void gmlake_free(void* ptr, size_t size, int device, void* stream) {
   if (g_call == nullptr || g_exiting.load(std::memory_order_relaxed)) return;
-  if (Capturing(stream)) {
+  if (Capturing(stream, device)) {
     std::lock_guard<std::mutex> lock(g_deferredMutex);
     g_deferred.push_back({ptr, size, device, stream});
     g_deferredCount.store(g_deferred.size(), std::memory_order_release);
