@@ -1,4 +1,4 @@
-import { createDriver, defaultHostCapacity, type VmmDriver } from "@gmlake/vmm";
+import { H200_BYTES, createDriver, defaultHostCapacity, type VmmDriver } from "@gmlake/vmm";
 import { getPolicy, listPolicies } from "@gmlake/stitch";
 import { UsageError } from "./cli-error.js";
 import { formatBytes, parseSize } from "./sizes.js";
@@ -14,14 +14,16 @@ export function parseDriver(value: unknown, fallback: DriverChoice = "sim"): Dri
 
 /**
  * A fresh driver for one run; the caller closes it. Errors (no GPU for cuda) are input
- * errors. On host, `--capacity` is the driver's own capacity too (its pages are used
- * only where touched), except with `--integrity full`, which touches every byte: there
- * it may not exceed the host driver's safe default (half the free memory).
+ * errors. On host, `--capacity` is the driver's own capacity too, by default an H200's
+ * as on sim (its pages are used only where integrity stamps touch them), except with
+ * `--integrity full`, which touches every byte: there the default is the host driver's
+ * safe one (half the free memory), and `--capacity` may not exceed it.
  */
 export function openDriver(choice: DriverChoice, capacity?: number, integrity?: boolean | "full"): VmmDriver {
   let driver: VmmDriver;
+  const hostCapacity = capacity ?? (integrity === "full" ? undefined : H200_BYTES);
   try {
-    driver = createDriver(choice, capacity !== undefined && choice !== "sim" ? { capacityBytes: capacity } : {});
+    driver = createDriver(choice, hostCapacity !== undefined && choice !== "sim" ? { capacityBytes: hostCapacity } : {});
   } catch (e) {
     const code = (e as { code?: string }).code ?? "";
     throw new UsageError(`cannot open the ${choice} driver: ${(e as Error).message.split("\n")[0]}${code && !(e as Error).message.includes(code) ? ` (${code})` : ""}`);

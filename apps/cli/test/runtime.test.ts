@@ -44,3 +44,21 @@ describe.skipIf(!existsSync(TRAIN))("the host driver under `ulimit -n 64`", () =
     expect(row.integrityErrors).toBe(0);
   });
 });
+
+const GPT2 = join(SHARED, "traces/gpt2_ft.pickle.gz");
+describe.skipIf(!existsSync(GPT2))("the host driver's capacity", () => {
+  it("without --capacity it is an H200's, as on sim: a 25.7 GiB trace runs without a false OOM", () => {
+    const r = cli(["replay", GPT2, "--driver", "host", "-p", "vms", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const row = JSON.parse(r.stdout) as { oom: unknown; peakRequestedBytes: number; integrityErrors: number };
+    expect(row.oom).toBeNull();
+    expect(row.peakRequestedBytes).toBeGreaterThan(25 * 2 ** 30);
+    expect(row.integrityErrors).toBe(0);
+  });
+  it("--integrity full writes every byte: a capacity past half the free memory is refused before the replay", () => {
+    const r = cli(["replay", GPT2, "--driver", "host", "--integrity", "full", "--capacity", "100TiB"]);
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toMatch(/^gmlake: --integrity full writes every byte the host driver hands out: --capacity .* is more than half the memory free now/);
+  });
+});
