@@ -34,9 +34,9 @@ describe.skipIf(!built)("a libcuda whose cuInit crashes", () => {
 });
 
 const TRAIN = join(SHARED, "traces/small/train_default.pickle");
-describe.skipIf(!existsSync(TRAIN))("the host driver under `ulimit -n 64`", () => {
+describe.skipIf(!existsSync(TRAIN))("the host driver under `ulimit -n 256`", () => {
   it("gmlake makes 2,000 chunks and completes: no fake out-of-memory at the fd limit", () => {
-    const r = spawnSync("sh", ["-c", `ulimit -n 64 && "${process.execPath}" "${CLI}" replay "${TRAIN}" --driver host -p gmlake --set fragLimit=2MiB --json`], { encoding: "utf8" });
+    const r = spawnSync("sh", ["-c", `ulimit -n 256 && "${process.execPath}" "${CLI}" replay "${TRAIN}" --driver host -p gmlake --set fragLimit=2MiB --json`], { encoding: "utf8" });
     expect(r.status, r.stderr).toBe(0);
     const row = JSON.parse(r.stdout) as { oom: unknown; driverCalls: { memCreate: number }; integrityErrors: number };
     expect(row.oom).toBeNull(); // a memfd per chunk hit EMFILE here, reported as out of memory

@@ -144,17 +144,29 @@ let firstUse: CudaProbe | undefined;
 /**
  * The child-process probe that precedes this process's first use of libcuda (CudaDriver,
  * cudaAvailable, createDriver("auto")), run once and remembered: a libcuda whose cuInit
- * crashes or hangs then takes down the child, not the caller. Time limit:
+ * crashes or hangs then takes down the child, not the caller. Skipped when libcuda is
+ * already in this process (loaded by the program embedding Node). Time limit:
  * $GMLAKE_CUDA_PROBE_TIMEOUT_MS (default 30 s). GMLAKE_CUDA_PROBE=0 skips it (loads
  * libcuda in this process directly, as before).
  */
 export function cudaFirstUseProbe(): CudaProbe | null {
   if (process.env.GMLAKE_CUDA_PROBE === "0") return null;
+  // Not a first use: libcuda is in this process already (PyTorch embedding Node loaded and
+  // initialized it; process.execPath is then python, which could not run the child).
+  if (firstUse === undefined && libcudaLoadedHere()) return null;
   if (firstUse === undefined) {
     const ms = Number(process.env.GMLAKE_CUDA_PROBE_TIMEOUT_MS ?? 30_000);
     firstUse = probeCuda({ memInfo: false, timeoutMs: Number.isFinite(ms) && ms > 0 ? ms : 30_000 });
   }
   return firstUse;
+}
+
+function libcudaLoadedHere(): boolean {
+  try {
+    return loadNative().cudaLoadedHere();
+  } catch {
+    return false; // no addon: the probe reports that
+  }
 }
 
 /** One line a human can act on. */
