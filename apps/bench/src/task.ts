@@ -1,4 +1,4 @@
-import { createDriver, type VmmDriver } from "@gmlake/vmm";
+import { H200_BYTES, createDriver, type VmmDriver } from "@gmlake/vmm";
 import { privatePoolTags, replay, replayRow, type ReplayRow } from "@gmlake/stitch";
 import { readSnapshot, type Snapshot } from "@gmlake/torch-trace";
 import { sampleTimeline } from "@gmlake/trace";
@@ -90,7 +90,10 @@ export async function runTask(task: Task): Promise<TaskResult> {
   let accounting: DeviceAccounting | undefined;
   try {
     if (task.driver === "cuda" && task.warmUp !== false) warmUp();
-    driver = createDriver(task.driver);
+    // host: an H200-sized device, as on sim (pages are used only where stamped), unless
+    // --integrity full writes every byte: then the host driver's safe default
+    const hostDevice = task.driver === "host" && task.integrity !== "full" ? { capacityBytes: H200_BYTES } : {};
+    driver = createDriver(task.driver, hostDevice);
     if (task.driver === "cuda") driver = accounting = new DeviceAccounting(driver);
     const r = replay(ev, {
       policy: task.policy,

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { parseArgs } from "node:util";
 import { terminalSafe } from "@gmlake/output";
-import { EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OUTPUT, UsageError, isInputError, isOutputError } from "./cli-error.js";
+import { EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OUTPUT, EXIT_RESOURCE, UsageError, isInputError, isOutputError, isResourceError } from "./cli-error.js";
 import type { Command } from "./command.js";
 import { COMMANDS } from "./commands/index.js";
 import { setReadLimits } from "./load-trace.js";
@@ -21,7 +21,8 @@ maxStackDepth, maxMemoEntries, maxValueBytes, maxDecodedBytes, maxIntBytes; also
 GMLAKE_READ_LIMITS=NAME=N,NAME=N).
 Without a trace argument, compare runs on a small embedded trace.
 Exit codes: 0 success (an out-of-memory found by a replay is a result), 2 bad input or usage,
-3 an output could not be written (disk full, read-only, stdout closed), 1 internal failure,
+3 an output could not be written (disk full, read-only, stdout closed), 4 a limit of this
+machine hit by the host driver (ulimit -n, vm.max_map_count), 1 internal failure,
 or for verify: a mismatch.`;
 
 /** `--export FORMAT FILE` takes two words; parseArgs takes one, so join them as FORMAT=FILE. */
@@ -84,6 +85,7 @@ export async function main(argv: string[]): Promise<number> {
     const line = (e instanceof Error ? e.message : String(e)).split("\n")[0]!;
     if (isInputError(e)) return report(line, EXIT_BAD_INPUT);
     if (isOutputError(e)) return report(line, EXIT_OUTPUT);
+    if (isResourceError(e)) return report(`the host driver hit a limit of this machine (not the device's memory): ${line}`, EXIT_RESOURCE);
     report(`internal error: ${line}`, EXIT_INTERNAL);
     if (process.env.GMLAKE_DEBUG && e instanceof Error) process.stderr.write(`${e.stack}\n`);
     return EXIT_INTERNAL;

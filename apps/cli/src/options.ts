@@ -1,7 +1,7 @@
-import { createDriver, type VmmDriver } from "@gmlake/vmm";
+import { H200_BYTES, createDriver, defaultHostCapacity, type VmmDriver } from "@gmlake/vmm";
 import { getPolicy, listPolicies } from "@gmlake/stitch";
 import { UsageError } from "./cli-error.js";
-import { parseSize } from "./sizes.js";
+import { formatBytes, parseSize } from "./sizes.js";
 
 export type DriverChoice = "sim" | "host" | "cuda" | "auto";
 const DRIVERS: readonly DriverChoice[] = ["sim", "host", "cuda", "auto"];
@@ -12,14 +12,32 @@ export function parseDriver(value: unknown, fallback: DriverChoice = "sim"): Dri
   throw new UsageError(`invalid --driver '${String(value)}': expected one of ${DRIVERS.join(", ")}`);
 }
 
-/** A fresh driver for one run; the caller closes it. Errors (no GPU for cuda) are input errors. */
-export function openDriver(choice: DriverChoice): VmmDriver {
+/**
+ * A fresh driver for one run; the caller closes it. Errors (no GPU for cuda) are input
+ * errors. On host, `--capacity` is the driver's own capacity too, by default an H200's
+ * as on sim (its pages are used only where integrity stamps touch them), except with
+ * `--integrity full`, which touches every byte: there the default is the host driver's
+ * safe one (half the free memory), and `--capacity` may not exceed it.
+ */
+export function openDriver(choice: DriverChoice, capacity?: number, integrity?: boolean | "full"): VmmDriver {
+  let driver: VmmDriver;
+  const hostCapacity = capacity ?? (integrity === "full" ? undefined : H200_BYTES);
   try {
-    return createDriver(choice);
+    driver = createDriver(choice, hostCapacity !== undefined && choice !== "sim" ? { capacityBytes: hostCapacity } : {});
   } catch (e) {
     const code = (e as { code?: string }).code ?? "";
     throw new UsageError(`cannot open the ${choice} driver: ${(e as Error).message.split("\n")[0]}${code && !(e as Error).message.includes(code) ? ` (${code})` : ""}`);
   }
+  if (driver.name === "host" && integrity === "full" && capacity !== undefined) {
+    const safe = defaultHostCapacity(driver.device.granularity.minimum);
+    if (capacity > safe) {
+      driver.close();
+      throw new UsageError(
+        `--integrity full writes every byte the host driver hands out: --capacity ${formatBytes(capacity)} is more than half the memory free now (${formatBytes(safe)})`,
+      );
+    }
+  }
+  return driver;
 }
 
 export function parsePolicies(value: unknown, fallback: string[]): string[] {

@@ -3,7 +3,7 @@
  * the work, atomic, never the input), text and JSON on stdout with write errors raised.
  * Text is passed through terminalSafe: trace names and strings from a file reach it.
  */
-import { terminalSafe, writeOutputFile, writeStdout, type OutputTarget } from "@gmlake/output";
+import { terminalSafe, terminalSafeJson, writeOutputFile, writeStdout, type OutputTarget } from "@gmlake/output";
 import {
   exportMemoryViz,
   plotSvg,
@@ -30,9 +30,9 @@ export function printText(text: string): void {
   writeStdout(terminalSafe(text.endsWith("\n") ? text : text + "\n", { multiline: true }));
 }
 
-/** One JSON document on stdout (JSON.stringify escapes control characters itself). */
+/** One JSON document on stdout, with nothing in it a terminal would act on. */
 export function printJson(value: unknown): void {
-  writeStdout(JSON.stringify(value) + "\n");
+  writeStdout(terminalSafeJson(value) + "\n");
 }
 
 /** Where a replay's rows came from: the stacks and annotations of the trace it replayed. */

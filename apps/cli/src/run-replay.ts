@@ -16,7 +16,7 @@ export interface RunOptions {
 }
 
 export function runReplay(t: LoadedTrace, o: RunOptions): { row: ReplayRow; result: ReplayResult } {
-  const driver = openDriver(o.driver);
+  const driver = openDriver(o.driver, o.capacity, o.integrity);
   try {
     const s = t.snapshot;
     const result = asUsage(() =>

@@ -112,4 +112,14 @@ describe("terminal escapes from user data never reach the terminal", () => {
       expect(r.stdout, cmd).toContain("t\\x1b[31mred");
     }
   });
+  it("--json: C1 controls and bidi overrides escaped too, the value intact", () => {
+    const f = join(tmp, "c1\u009b2J\u202egz.pickle.gz");
+    copyFileSync(DEFAULT, f);
+    for (const cmd of ["inspect", "replay", "verify"]) {
+      const r = cli([cmd, f, "--json"]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout, cmd).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]/);
+      expect(JSON.parse(r.stdout).trace).toBe("c1\u009b2J\u202egz");
+    }
+  });
 });

@@ -18,4 +18,4 @@ export {
   type OutputTarget,
 } from "./output-file.js";
 export { writeFd, writeStdout } from "./stdout.js";
-export { terminalSafe } from "./terminal-text.js";
+export { terminalSafe, terminalSafeJson } from "./terminal-text.js";

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
-import { OutputError, checkOutputDir, checkOutputFile, checkOutputs, terminalSafe, writeOutputFile } from "../src/index.js";
+import { OutputError, checkOutputDir, checkOutputFile, checkOutputs, terminalSafe, terminalSafeJson, writeOutputFile } from "../src/index.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "gmlake-output-"));
 
@@ -118,5 +118,11 @@ describe("terminalSafe", () => {
     expect(terminalSafe("a\rb\nc\u009b\u202ed")).toBe("a\\rb\\nc\\x9b\\u202ed");
     expect(terminalSafe("line 1\nline 2\r", { multiline: true })).toBe("line 1\nline 2\\r");
     expect(terminalSafe("tab\tok, ünïcödé, 日本")).toBe("tab\tok, ünïcödé, 日本");
+  });
+  it("terminalSafeJson: the same JSON value, nothing a terminal acts on", () => {
+    const v = { name: "a\x1b[2Kb\u009bc\u202ed", n: 1 };
+    const text = terminalSafeJson(v);
+    expect(text).not.toMatch(/[\x00-\x1f\x7f-\x9f\u202e]/);
+    expect(JSON.parse(text)).toEqual(v);
   });
 });

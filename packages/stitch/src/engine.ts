@@ -51,8 +51,12 @@ export class Allocator {
   readonly integrity: IntegrityChecker | null;
   private readonly recordAllocations: boolean;
   private nextId = 1;
-  /** Blocks from malloc until free_completed: what close() frees, and what free accepts. */
-  private readonly live = new Set<Block>();
+  /**
+   * Blocks from malloc until free_completed: what close() frees, and what free accepts.
+   * An array with each block's slot in `block.liveIndex` (swap-remove): O(1) without
+   * hashing, where a Set<Block> halved replay speed.
+   */
+  private readonly live: Block[] = [];
   private closed = false;
 
   constructor(policy: Policy | string, driver: VmmDriver, opts: AllocatorOptions = {}) {
@@ -93,7 +97,8 @@ export class Allocator {
     b.pendingFree = false;
     b.requested = size;
     b.id = this.nextId++;
-    this.live.add(b);
+    b.liveIndex = this.live.length;
+    this.live.push(b);
     st.allocations++;
     st.allocatedBytes += b.size;
     if (st.allocatedBytes > st.peakAllocatedBytes) st.peakAllocatedBytes = st.allocatedBytes;
@@ -119,7 +124,7 @@ export class Allocator {
   /** Refuses a free of anything but a live block of this allocator, before anything changes. */
   private checkFree(b: Block, phase: string): void {
     if (this.closed) throw new StitchError("CLOSED", `${phase} after close(): this allocator holds no memory any more`);
-    if (!this.live.has(b)) {
+    if (!(b instanceof Object) || this.live[b.liveIndex] !== b) {
       const where = b instanceof Object && typeof b.addr === "number" ? ` at 0x${b.addr.toString(16)}` : "";
       throw new StitchError("BAD_ARGUMENT", `block${where} is not a live block of this allocator (double free, or another allocator's?)`);
     }
@@ -143,7 +148,12 @@ export class Allocator {
     if (!b.pendingFree) {
       throw new StitchError("BAD_ARGUMENT", `block at 0x${b.addr.toString(16)} has no free_requested before free_completed`);
     }
-    this.live.delete(b);
+    const last = this.live.pop()!;
+    if (last !== b) {
+      this.live[b.liveIndex] = last;
+      last.liveIndex = b.liveIndex;
+    }
+    b.liveIndex = -1;
     const st = this.stats;
     st.activeBytes -= b.size;
     st.requestedBytes -= b.requested;
@@ -175,7 +185,7 @@ export class Allocator {
 
   /** Blocks allocated now (from malloc until free_completed). */
   get liveBlocks(): number {
-    return this.live.size;
+    return this.live.length;
   }
 
   /**

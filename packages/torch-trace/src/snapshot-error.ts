@@ -29,7 +29,7 @@ export class SnapshotError extends Error {
     detail: string,
     readonly offset?: number,
   ) {
+    // text from the file (names, keys) made one inert line: the one sanitizer the CLI uses too
     super(`${terminalSafe(source)}: ${terminalSafe(detail)}${offset === undefined ? "" : ` (at byte ${offset})`}`);
   }
 }
-

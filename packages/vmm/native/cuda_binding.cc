@@ -228,6 +228,15 @@ Napi::Value Load(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// Whether libcuda is in this process already (loaded by the host program, e.g. PyTorch,
+// or by an earlier cudaLoad): dlopen with RTLD_NOLOAD loads nothing and runs no code.
+Napi::Value LoadedHere(const Napi::CallbackInfo& info) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD);
+  if (lib != nullptr) dlclose(lib);  // drop the reference NOLOAD took
+  return Napi::Boolean::New(info.Env(), lib != nullptr);
+}
+
 Napi::Value DeviceCount(const Napi::CallbackInfo& info) {
   EnsureLoaded(info.Env());
   int n = 0;
@@ -567,6 +576,7 @@ Napi::Value StreamSynchronize(const Napi::CallbackInfo& info) {
 void InitCuda(Napi::Env env, Napi::Object exports) {
   auto fn = [&](const char* name, Napi::Function::Callback cb) { exports.Set(name, Napi::Function::New(env, cb, name)); };
   fn("cudaLoad", Load);
+  fn("cudaLoadedHere", LoadedHere);
   fn("cudaDeviceCount", DeviceCount);
   fn("cudaDeviceName", DeviceName);
   fn("cudaDeviceTotalMem", DeviceTotalMem);

@@ -11,7 +11,7 @@ import { INVALID_VALUE, vmmError } from "./vmm-error.js";
 export interface CreateDriverOptions {
   /** cuda: device ordinal (default 0). */
   readonly ordinal?: number;
-  /** host, sim: physical bytes available (host: machine memory; sim: 143771 MiB). */
+  /** host, sim: physical bytes available (host: half the memory free now, defaultHostCapacity; sim: H200_BYTES). */
   readonly capacityBytes?: number;
   /** host, sim: allocation granularity (default 2 MiB). */
   readonly granularity?: number;

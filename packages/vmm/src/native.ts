@@ -28,6 +28,8 @@ export type NativeDevice = object & { readonly __device: unique symbol };
 export interface NativeAddon {
   setErrorClass(ctor: typeof VmmError): void;
   cudaLoad(): { library: string; driverVersion: number };
+  /** Whether libcuda is mapped into this process already (dlopen RTLD_NOLOAD: runs nothing). */
+  cudaLoadedHere(): boolean;
   cudaDeviceCount(): number;
   cudaDeviceName(ordinal: number): string;
   cudaDeviceTotalMem(ordinal: number): number;

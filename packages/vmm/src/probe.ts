@@ -6,6 +6,7 @@
  */
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
+import { basename } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import type { DeviceInfo, MemInfo } from "./driver.js";
@@ -144,17 +145,32 @@ let firstUse: CudaProbe | undefined;
 /**
  * The child-process probe that precedes this process's first use of libcuda (CudaDriver,
  * cudaAvailable, createDriver("auto")), run once and remembered: a libcuda whose cuInit
- * crashes or hangs then takes down the child, not the caller. Time limit:
+ * crashes or hangs then takes down the child, not the caller. Skipped when libcuda is
+ * already in this process (loaded by the program embedding Node) or when Node is
+ * embedded (process.execPath is not a node binary that could run the child). Time limit:
  * $GMLAKE_CUDA_PROBE_TIMEOUT_MS (default 30 s). GMLAKE_CUDA_PROBE=0 skips it (loads
  * libcuda in this process directly, as before).
  */
 export function cudaFirstUseProbe(): CudaProbe | null {
   if (process.env.GMLAKE_CUDA_PROBE === "0") return null;
+  // Not a first use: libcuda is in this process already (PyTorch embedding Node loaded and
+  // initialized it; process.execPath is then python, which could not run the child).
+  if (firstUse === undefined && libcudaLoadedHere()) return null;
+  // Embedded Node (process.execPath is the host program): no node binary to run the child.
+  if (!/^node(js)?[\d.]*(\.exe)?$/i.test(basename(process.execPath))) return null;
   if (firstUse === undefined) {
     const ms = Number(process.env.GMLAKE_CUDA_PROBE_TIMEOUT_MS ?? 30_000);
     firstUse = probeCuda({ memInfo: false, timeoutMs: Number.isFinite(ms) && ms > 0 ? ms : 30_000 });
   }
   return firstUse;
+}
+
+function libcudaLoadedHere(): boolean {
+  try {
+    return loadNative().cudaLoadedHere();
+  } catch {
+    return false; // no addon: the probe reports that
+  }
 }
 
 /** One line a human can act on. */

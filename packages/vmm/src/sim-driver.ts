@@ -49,6 +49,9 @@ function pagesOf(rec: PhysicalRecord): PageStore {
 export const SIM_VA_BASE = 2 ** 44;
 export const SIM_VA_LIMIT = 2 ** 47;
 
+/** An H200's memory as cuDeviceTotalMem reports it: the sim's default device. */
+export const H200_BYTES = 143771 * 1024 * 1024;
+
 export interface SimDriverOptions {
   /** Physical bytes (default 143771 MiB, an H200). */
   readonly capacityBytes?: number;
@@ -89,7 +92,7 @@ export class SimDriver extends MeteredDriver {
     super();
     this.strictUnmap = options.strictUnmap ?? false;
     const granularity = options.granularity ?? 2 * MiB;
-    const capacity = options.capacityBytes ?? 143771 * MiB;
+    const capacity = options.capacityBytes ?? H200_BYTES;
     if (!Number.isSafeInteger(granularity) || granularity <= 0) {
       throw vmmError(INVALID_VALUE, "SimDriver", `granularity=${granularity}`, "granularity must be a positive integer");
     }

@@ -15,10 +15,10 @@ const built =
   existsSync(dist) &&
   spawnSync("cc", ["-shared", "-fPIC", "-o", join(libDir, "libcuda.so.1"), join(import.meta.dirname, "fixtures/fake-libcuda.c")], { encoding: "utf8" }).status === 0;
 
-function run(mode: "crash" | "hang", env: Record<string, string> = {}) {
+function run(mode: "crash" | "hang" | "fine", env: Record<string, string> = {}) {
   const script = `
-    import { CudaDriver, createDriver, cudaAvailable } from ${JSON.stringify(dist)};
-    const out = { available: cudaAvailable(), auto: createDriver("auto").name };
+    import { CudaDriver, createDriver, cudaAvailable, cudaFirstUseProbe } from ${JSON.stringify(dist)};
+    const out = { probed: cudaFirstUseProbe() !== null, available: cudaAvailable(), auto: createDriver("auto").name };
     try { new CudaDriver(); out.cuda = "opened"; } catch (e) { out.cuda = e.code + ": " + e.message; }
     console.log(JSON.stringify(out));`;
   const t0 = Date.now();
@@ -45,6 +45,13 @@ describe.skipIf(!built)("a broken libcuda (fake: cuInit crashes or hangs)", () =
     const out = JSON.parse(r.stdout) as { cuda: string };
     expect(out.cuda).toMatch(/^CUDA_PROBE_FAILED: .*hung: no answer within 2 s/);
     expect(r.ms).toBeLessThan(15_000);
+  });
+  it("libcuda already in the process (a host program loaded it, as PyTorch does): no probe, used directly", () => {
+    const r = run("fine", { LD_PRELOAD: join(libDir, "libcuda.so.1") });
+    expect(r.status, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout) as { probed: boolean; cuda: string };
+    expect(out.probed).toBe(false);
+    expect(out.cuda).not.toMatch(/CUDA_PROBE_FAILED/); // the fake lists no device: a plain cuda error
   });
   it("without the probe (GMLAKE_CUDA_PROBE=0) the same libcuda kills the process: what the probe prevents", () => {
     const r = run("crash", { GMLAKE_CUDA_PROBE: "0" });
