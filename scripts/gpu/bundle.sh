@@ -6,7 +6,8 @@
 #                      sources, tests and benches, the workspace links in */node_modules and
 #                      the pnpm store entries that vitest and fast-check need (pnpm's own
 #                      layout, closure by scripts/gpu/closure.mjs)
-#   shared/traces/     a copy of ../shared/traces (GMLAKE_SHARED=.gpu/shared there)
+#   shared/traces/     a copy of ../shared/traces (GMLAKE_SHARED=.gpu/shared there); corpus/
+#                      (the project's own traces) goes in the workspace tarball
 # Then on the GPU host: bash scripts/gpu/full-run.sh, or bash scripts/gpu/run.sh CMD...
 #
 # --live packs only what a live run needs (scripts/gpu/live-run.sh), into .gpu/live.tar.xz:
@@ -85,6 +86,7 @@ cp "$shared"/traces/small/* "$out/shared/traces/small/"
 
 # What runs there: built output plus what vitest needs to run the .ts tests (src, test).
 files=(package.json tsconfig.base.json scripts/gpu)
+[ -d corpus ] && files+=(corpus) # the project's own recorded traces
 for p in packages/*; do
   for f in package.json tsconfig.json tsconfig.test.json vitest.config.ts README.md dist src test bench node_modules; do
     [ -e "$p/$f" ] && files+=("$p/$f")

@@ -9,12 +9,12 @@
 // model plus phantom cudaMallocs (after 5% of the segment allocations, 2-32 MiB, never
 // freed: stand-ins for lazily loaded CUDA modules and library buffers, which a trace does
 // not show) and counts the runs whose segments or peak differ from the recording's.
-import { existsSync, readdirSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { DriverAdaptor, SimDriver, mulberry32 } from "@gmlake/vmm";
 import { EventKind } from "@gmlake/trace";
 import { readSnapshot } from "@gmlake/torch-trace";
+import { traceFiles } from "./trace-files.mjs";
 import { verify } from "../dist/index.js";
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -35,12 +35,6 @@ class PhantomDriver extends DriverAdaptor {
     return this.inner.memAlloc(size);
   }
 }
-const walk = (d) =>
-  !existsSync(d)
-    ? []
-    : readdirSync(d)
-        .sort()
-        .flatMap((n) => (statSync(join(d, n)).isDirectory() ? walk(join(d, n)) : /\.pickle(\.gz)?$/.test(n) ? [join(d, n)] : []));
 
 /** Per segment_alloc: its rank among live segments; per alloc: (segment ordinal, offset). */
 function names(log) {
@@ -69,7 +63,7 @@ function names(log) {
 
 console.log(`| trace | segments | placement | misranked | segments equal | peak equal | allocs moved |${seeds ? ` perturbed: segments differ | peak differs (max MiB) |` : ""}`);
 console.log(`| --- | ---: | --- | ---: | --- | --- | ---: |${seeds ? " ---: | ---: |" : ""}`);
-for (const f of dirs.flatMap(walk)) {
+for (const f of dirs.flatMap(traceFiles)) {
   const snap = await readSnapshot(f);
   if (snap.allocatorSettings.expandableSegments) continue;
   const rec = names(snap.events);
