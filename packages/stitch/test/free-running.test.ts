@@ -58,6 +58,10 @@ describe("the sim's cudaMalloc placement", () => {
     expect(e).toBe(a + 20 * MiB);
     d.memFree(b); // [b, b+16) free again, below c
     expect(d.memAlloc(2 * MiB)).toBe(b);
+    // an emptied heap starts over: the same sequence places alike on a used driver
+    for (const x of [a, c, e, b]) d.memFree(x);
+    expect(d.memAlloc(20 * MiB)).toBe(a);
+    expect(d.memAlloc(16 * MiB)).toBe(b);
     const bump = new SimDriver({ allocPlacement: "bump" });
     const x = bump.memAlloc(20 * MiB);
     expect(bump.memAlloc(16 * MiB)).toBe(x + 20 * MiB);

@@ -7,7 +7,8 @@
  *   of its size rounded up to 32 MiB directly below the lowest region, at the region's
  *   start; the region's tail (the rounding) stays free.
  * - An allocation that fits a free range takes the lowest-addressed one, at its start.
- * - A freed allocation's range is free again (merged with free neighbours).
+ * - A freed allocation's range is free again (merged with free neighbours); a heap whose
+ *   last allocation is freed starts over (so replays on one driver place alike).
  *
  * PyTorch breaks best-fit ties by address, so a model of its caching allocator needs the
  * order of the segments cudaMalloc returns, which this reproduces. What it cannot know
@@ -27,6 +28,8 @@ export class CudaMallocHeap {
   private readonly freeEnd: number[] = [];
   /** Lowest address of the heap's regions (the heap grows down from `top`). */
   private low: number;
+  /** Allocations placed and not released. */
+  private live = 0;
 
   constructor(
     /** Highest address (exclusive) of the heap. */
@@ -54,6 +57,7 @@ export class CudaMallocHeap {
         fs.splice(i, 1);
         fe.splice(i, 1);
       } else fs[i] = start + size;
+      this.live++;
       return start;
     }
     const start = this.low - Math.ceil(size / this.region) * this.region;
@@ -65,6 +69,7 @@ export class CudaMallocHeap {
       fe.unshift(this.low);
     }
     this.low = start;
+    this.live++;
     return start;
   }
 
@@ -72,6 +77,12 @@ export class CudaMallocHeap {
   release(address: number, size: number): void {
     const fs = this.freeStart;
     const fe = this.freeEnd;
+    if (--this.live === 0) {
+      fs.length = 0;
+      fe.length = 0;
+      this.low = this.top;
+      return;
+    }
     let lo = 0;
     let hi = fs.length;
     while (lo < hi) {
