@@ -52,7 +52,12 @@ export class Allocator {
   private readonly recordAllocations: boolean;
   private nextId = 1;
   /** Blocks from malloc until free_completed: what close() frees, and what free accepts. */
-  private readonly live = new Set<Block>();
+  /**
+   * Live blocks, each knowing its slot (Block.liveSlot): add, remove (the last one takes
+   * the slot) and membership are O(1) with no hashing, where a Set<Block> cost a lookup
+   * per free and rehashed (garbage) as the count rose and fell every step.
+   */
+  private readonly live: Block[] = [];
   private closed = false;
 
   constructor(policy: Policy | string, driver: VmmDriver, opts: AllocatorOptions = {}) {
@@ -93,7 +98,8 @@ export class Allocator {
     b.pendingFree = false;
     b.requested = size;
     b.id = this.nextId++;
-    this.live.add(b);
+    b.liveSlot = this.live.length;
+    this.live.push(b);
     st.allocations++;
     st.allocatedBytes += b.size;
     if (st.allocatedBytes > st.peakAllocatedBytes) st.peakAllocatedBytes = st.allocatedBytes;
@@ -116,10 +122,26 @@ export class Allocator {
     return b;
   }
 
+  private isLive(b: Block): boolean {
+    if (b === null || typeof b !== "object") return false;
+    const i = b.liveSlot;
+    return typeof i === "number" && i >= 0 && this.live[i] === b;
+  }
+
+  private unlist(b: Block): void {
+    const live = this.live;
+    const last = live.pop()!;
+    if (last !== b) {
+      live[b.liveSlot] = last;
+      last.liveSlot = b.liveSlot;
+    }
+    b.liveSlot = -1;
+  }
+
   /** Refuses a free of anything but a live block of this allocator, before anything changes. */
   private checkFree(b: Block, phase: string): void {
     if (this.closed) throw new StitchError("CLOSED", `${phase} after close(): this allocator holds no memory any more`);
-    if (!this.live.has(b)) {
+    if (!this.isLive(b)) {
       const where = b instanceof Object && typeof b.addr === "number" ? ` at 0x${b.addr.toString(16)}` : "";
       throw new StitchError("BAD_ARGUMENT", `block${where} is not a live block of this allocator (double free, or another allocator's?)`);
     }
@@ -143,7 +165,7 @@ export class Allocator {
     if (!b.pendingFree) {
       throw new StitchError("BAD_ARGUMENT", `block at 0x${b.addr.toString(16)} has no free_requested before free_completed`);
     }
-    this.live.delete(b);
+    this.unlist(b);
     const st = this.stats;
     st.activeBytes -= b.size;
     st.requestedBytes -= b.requested;
@@ -175,7 +197,7 @@ export class Allocator {
 
   /** Blocks allocated now (from malloc until free_completed). */
   get liveBlocks(): number {
-    return this.live.size;
+    return this.live.length;
   }
 
   /**
@@ -189,7 +211,7 @@ export class Allocator {
   close(_liveBlocks?: Iterable<Block>): CloseReport {
     if (this.closed) return { liveBlocks: 0, liveRequestedBytes: 0 };
     let liveRequestedBytes = 0;
-    const left = [...this.live];
+    const left = [...this.live].sort((x, y) => x.id - y.id); // in allocation order
     for (const b of left) {
       liveRequestedBytes += b.requested;
       if (!b.pendingFree) this.freeRequested(b);
