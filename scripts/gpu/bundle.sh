@@ -7,7 +7,7 @@
 #                      the pnpm store entries that vitest and fast-check need (pnpm's own
 #                      layout, closure by scripts/gpu/closure.mjs)
 #   shared/traces/     a copy of ../shared/traces (GMLAKE_SHARED=.gpu/shared there); corpus/
-#                      (the project's own traces) goes in the workspace tarball
+#                      (the project's own traces) is not packed: it travels with the working tree
 # Then on the GPU host: bash scripts/gpu/full-run.sh, or bash scripts/gpu/run.sh CMD...
 #
 # --live packs only what a live run needs (scripts/gpu/live-run.sh), into .gpu/live.tar.xz:
@@ -86,7 +86,6 @@ cp "$shared"/traces/small/* "$out/shared/traces/small/"
 
 # What runs there: built output plus what vitest needs to run the .ts tests (src, test).
 files=(package.json tsconfig.base.json scripts/gpu)
-[ -d corpus ] && files+=(corpus) # the project's own recorded traces
 for p in packages/*; do
   for f in package.json tsconfig.json tsconfig.test.json vitest.config.ts README.md dist src test bench node_modules; do
     [ -e "$p/$f" ] && files+=("$p/$f")

@@ -155,7 +155,7 @@ main() {
   # No new replay starts after --budget seconds, so the step ends inside its limit.
   # shellcheck disable=SC2086
   step drivertime "$dest/packages/stitch" node bench/driver-time.mjs --driver cuda --policies vms,caching,gmlake,expandable \
-    --traces "$traces,$dest/corpus" --rounds 2 --budget 300 --out "$work/drivertime" ${DRIVERTIME_ARGS:-}
+    --traces "$traces,$gpu_root/corpus" --rounds 2 --budget 300 --out "$work/drivertime" ${DRIVERTIME_ARGS:-}
   [ -f "$work/drivertime/driver-time.md" ] && cp "$work/drivertime/driver-time.md" "$OUT/driver-time.md"
 
   echo
