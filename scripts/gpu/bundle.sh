@@ -6,7 +6,8 @@
 #                      sources, tests and benches, the workspace links in */node_modules and
 #                      the pnpm store entries that vitest and fast-check need (pnpm's own
 #                      layout, closure by scripts/gpu/closure.mjs)
-#   shared/traces/     a copy of ../shared/traces (GMLAKE_SHARED=.gpu/shared there)
+#   shared/traces/     a copy of ../shared/traces (GMLAKE_SHARED=.gpu/shared there); corpus/
+#                      (the project's own traces) is not packed: it travels with the working tree
 # Then on the GPU host: bash scripts/gpu/full-run.sh, or bash scripts/gpu/run.sh CMD...
 #
 # --live packs only what a live run needs (scripts/gpu/live-run.sh), into .gpu/live.tar.xz:

@@ -17,12 +17,17 @@
 #   faults   packages/stitch/bench/fault-sweep.mjs --driver cuda (skipped if absent or no cuda)
 #   reserve  (only with STEPS=...,reserve) scripts/gpu/measure-reserve.sh: the device memory a
 #            PyTorch process holds outside its allocator, the basis of gmlake's --reserve default
+#   drivertime  packages/stitch/bench/driver-time.mjs on cuda: every trace (and corpus/) x vms,
+#            caching, gmlake, expandable, two rounds, each call timed: per call kind, handle
+#            size, mappings per set-access, first touch, phase. Not in the default steps:
+#            STEPS=drivertime TOTAL=400 bash scripts/gpu/full-run.sh (about 6 minutes at most)
 # Choose steps with STEPS=doctor,vmm,...; override a step's limit with T_<step>=seconds
 # (e.g. T_bench=200); the whole stays inside TOTAL seconds (default 560: a step gets at most
 # what is left, so the `run` call's 600 s are never hit). BINDING_ARGS / BENCH_ARGS /
-# FAULT_ARGS add arguments to those steps.
+# FAULT_ARGS / DRIVERTIME_ARGS add arguments to those steps.
 # Out ($OUT, else ./gpu-out; at most 8 files come back): full-run.log (everything, live),
-# summary.txt (step, exit code, seconds), bench-summary.md (apps/bench's summary) and
+# summary.txt (step, exit code, seconds), bench-summary.md (apps/bench's summary),
+# driver-time.md (the drivertime step's tables) and
 # results.tar.gz (per-step logs, all bench results and plots, JSON), re-packed after every
 # step so a run cut short still returns what it did.
 set -uo pipefail
@@ -33,7 +38,7 @@ work=${GMLAKE_RUN_DIR:-/tmp/gmlake-run}
 rm -rf "$work"
 mkdir -p "$work"
 
-declare -A limit=([doctor]=30 [vmm]=90 [prebuilt]=60 [misuse]=30 [stitch]=180 [binding]=90 [reader]=60 [memviz]=60 [bench]=240 [faults]=150)
+declare -A limit=([doctor]=30 [vmm]=90 [prebuilt]=60 [misuse]=30 [stitch]=180 [binding]=90 [reader]=60 [memviz]=60 [bench]=240 [faults]=150 [drivertime]=370)
 total_limit=${TOTAL:-560}
 steps=${STEPS:-doctor,vmm,prebuilt,misuse,stitch,binding,reader,memviz,bench,faults}
 rows=()
@@ -146,6 +151,12 @@ main() {
   fi
   # not in the default steps (STEPS=reserve): what a PyTorch process holds outside its allocator
   step reserve "$gpu_root" env OUT="$work" bash scripts/gpu/measure-reserve.sh
+
+  # No new replay starts after --budget seconds, so the step ends inside its limit.
+  # shellcheck disable=SC2086
+  step drivertime "$dest/packages/stitch" node bench/driver-time.mjs --driver cuda --policies vms,caching,gmlake,expandable \
+    --traces "$traces,$gpu_root/corpus" --rounds 2 --budget 300 --out "$work/drivertime" ${DRIVERTIME_ARGS:-}
+  [ -f "$work/drivertime/driver-time.md" ] && cp "$work/drivertime/driver-time.md" "$OUT/driver-time.md"
 
   echo
   echo "=== summary (also in summary.txt; everything in results.tar.gz)"

@@ -1,4 +1,4 @@
-import { H200_BYTES, createDriver, type VmmDriver } from "@gmlake/vmm";
+import { H200_BYTES, createDriver, warmUpDriver, type VmmDriver } from "@gmlake/vmm";
 import { privatePoolTags, replay, replayRow, type ReplayRow } from "@gmlake/stitch";
 import { readSnapshot, type Snapshot } from "@gmlake/torch-trace";
 import { sampleTimeline } from "@gmlake/trace";
@@ -41,31 +41,13 @@ export interface TaskResult extends ReplayRow {
 const cache = new Map<string, Promise<Snapshot>>();
 let warmedUp = false;
 
-/**
- * The first driver calls of a process pay the driver's lazy initialization (seen on the
- * H200: caching's gpt2_ft replay took 84.6 ms of driver time as the first task of a worker
- * and 25.4 ms for the same calls later). That cost is the process's, not the allocator's:
- * before its first cuda task, a worker makes each kind of call a few times, untimed.
- */
+/** Before its first cuda task a worker warms the driver up, untimed (warmUpDriver says why). */
 function warmUp(): void {
   if (warmedUp) return;
   warmedUp = true;
   const d = createDriver("cuda");
   try {
-    const g = d.device.granularity.recommended;
-    for (const n of [1, 10, 32, 256]) {
-      const size = n * g;
-      for (let i = 0; i < 4; i++) {
-        const h = d.memCreate(size);
-        const va = d.memAddressReserve(size);
-        d.memMap(va, size, 0, h);
-        d.memSetAccess(va, size);
-        d.memUnmap(va, size);
-        d.memAddressFree(va, size);
-        d.memRelease(h);
-        d.memFree(d.memAlloc(size));
-      }
-    }
+    warmUpDriver(d);
   } finally {
     d.close();
   }

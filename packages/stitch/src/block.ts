@@ -27,8 +27,8 @@ export class Block {
   segment: unknown = null;
   /** Per-allocation id (integrity stamps, exports); set by the engine at malloc. */
   id = 0;
-  /** Its slot in the engine's live-block array while allocated, else -1 (the engine's; policies leave it). */
-  liveIndex = -1;
+  /** The engine's: this block's slot in its allocator's list of live blocks (-1 when not live). */
+  liveSlot = -1;
   /** Offsets inside the block where physical chunks meet non-adjacently (stitched blocks), for integrity. */
   seams: number[] | null = null;
   /** Anything else the policy needs. */

@@ -2,7 +2,7 @@ import type { Chunk, ChunkPool } from "@gmlake/chunk-pool";
 import { DRIVER_CALLS, type VmmDriver } from "@gmlake/vmm";
 import { EventKind, type AllocatorSettings, type EventLog } from "@gmlake/trace";
 import { isDriverOom, StitchError } from "./errors.js";
-import type { DeviceFacts, PhysicalChunk, PolicyContext } from "./policy-context.js";
+import type { DeviceFacts, MapAccess, PhysicalChunk, PolicyContext } from "./policy-context.js";
 import type { AllocatorStats } from "./stats.js";
 
 const CALL_INDEX: Record<string, number> = Object.fromEntries(DRIVER_CALLS.map((c, i) => [c, i]));
@@ -155,23 +155,29 @@ export class AllocatorContext {
   }
 
   /**
-   * Map chunks side by side at addr + one setAccess. Records map (aux = chunks). All or
-   * nothing: when a map or the set-access fails, the mappings this call made are undone
-   * before the error is rethrown (a half-mapped range would break every later use of it).
+   * Map chunks side by side at addr and set access: one cuMemSetAccess over the range
+   * (`access` "range"), or one per chunk right after its map ("each", as GMLake's original
+   * does). Records map (aux = chunks). All or nothing: when a map or a set-access fails,
+   * the mappings this call made are undone before the error is rethrown (a half-mapped
+   * range would break every later use of it).
    */
-  mapChunks(addr: number, chunks: readonly Chunk[], stream = 0): number {
+  mapChunks(addr: number, chunks: readonly Chunk[], stream = 0, access: MapAccess = "range"): number {
     const pool = this.chunks;
+    const each = access === "each";
     let at = addr;
-    let i = 0;
+    let mapped = 0;
     try {
-      for (; i < chunks.length; i++) {
-        pool.map(chunks[i]!, at);
-        at += chunks[i]!.size;
+      for (let i = 0; i < chunks.length; i++) {
+        const c = chunks[i]!;
+        pool.map(c, at);
+        mapped++;
+        at += c.size;
+        if (each) this.driver.memSetAccess(at - c.size, c.size);
       }
-      if (at > addr) this.driver.memSetAccess(addr, at - addr);
+      if (!each && at > addr) this.driver.memSetAccess(addr, at - addr);
     } catch (e) {
-      while (i > 0) {
-        const c = chunks[--i]!;
+      while (mapped > 0) {
+        const c = chunks[--mapped]!;
         at -= c.size;
         pool.unmap(c, at);
       }
@@ -250,8 +256,8 @@ class PolicyView implements PolicyContext {
   reserveFree(addr: number, size: number): void {
     this.#c.reserveFree(addr, size);
   }
-  mapChunks(addr: number, chunks: readonly PhysicalChunk[], stream = 0): number {
-    return this.#c.mapChunks(addr, chunks as readonly Chunk[], stream);
+  mapChunks(addr: number, chunks: readonly PhysicalChunk[], stream = 0, access: MapAccess = "range"): number {
+    return this.#c.mapChunks(addr, chunks as readonly Chunk[], stream, access);
   }
   unmapChunks(addr: number, chunks: readonly PhysicalChunk[], stream = 0): number {
     return this.#c.unmapChunks(addr, chunks as readonly Chunk[], stream);

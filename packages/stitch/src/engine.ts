@@ -51,10 +51,11 @@ export class Allocator {
   readonly integrity: IntegrityChecker | null;
   private readonly recordAllocations: boolean;
   private nextId = 1;
+  /** Blocks from malloc until free_completed: what close() frees, and what free accepts. */
   /**
-   * Blocks from malloc until free_completed: what close() frees, and what free accepts.
-   * An array with each block's slot in `block.liveIndex` (swap-remove): O(1) without
-   * hashing, where a Set<Block> halved replay speed.
+   * Live blocks, each knowing its slot (Block.liveSlot): add, remove (the last one takes
+   * the slot) and membership are O(1) with no hashing, where a Set<Block> cost a lookup
+   * per free and rehashed (garbage) as the count rose and fell every step.
    */
   private readonly live: Block[] = [];
   private closed = false;
@@ -97,7 +98,7 @@ export class Allocator {
     b.pendingFree = false;
     b.requested = size;
     b.id = this.nextId++;
-    b.liveIndex = this.live.length;
+    b.liveSlot = this.live.length;
     this.live.push(b);
     st.allocations++;
     st.allocatedBytes += b.size;
@@ -121,10 +122,26 @@ export class Allocator {
     return b;
   }
 
+  private isLive(b: Block): boolean {
+    if (b === null || typeof b !== "object") return false;
+    const i = b.liveSlot;
+    return typeof i === "number" && i >= 0 && this.live[i] === b;
+  }
+
+  private unlist(b: Block): void {
+    const live = this.live;
+    const last = live.pop()!;
+    if (last !== b) {
+      live[b.liveSlot] = last;
+      last.liveSlot = b.liveSlot;
+    }
+    b.liveSlot = -1;
+  }
+
   /** Refuses a free of anything but a live block of this allocator, before anything changes. */
   private checkFree(b: Block, phase: string): void {
     if (this.closed) throw new StitchError("CLOSED", `${phase} after close(): this allocator holds no memory any more`);
-    if (!(b instanceof Object) || this.live[b.liveIndex] !== b) {
+    if (!this.isLive(b)) {
       const where = b instanceof Object && typeof b.addr === "number" ? ` at 0x${b.addr.toString(16)}` : "";
       throw new StitchError("BAD_ARGUMENT", `block${where} is not a live block of this allocator (double free, or another allocator's?)`);
     }
@@ -148,12 +165,7 @@ export class Allocator {
     if (!b.pendingFree) {
       throw new StitchError("BAD_ARGUMENT", `block at 0x${b.addr.toString(16)} has no free_requested before free_completed`);
     }
-    const last = this.live.pop()!;
-    if (last !== b) {
-      this.live[b.liveIndex] = last;
-      last.liveIndex = b.liveIndex;
-    }
-    b.liveIndex = -1;
+    this.unlist(b);
     const st = this.stats;
     st.activeBytes -= b.size;
     st.requestedBytes -= b.requested;
@@ -199,7 +211,7 @@ export class Allocator {
   close(_liveBlocks?: Iterable<Block>): CloseReport {
     if (this.closed) return { liveBlocks: 0, liveRequestedBytes: 0 };
     let liveRequestedBytes = 0;
-    const left = [...this.live];
+    const left = [...this.live].sort((x, y) => x.id - y.id); // in allocation order
     for (const b of left) {
       liveRequestedBytes += b.requested;
       if (!b.pendingFree) this.freeRequested(b);

@@ -14,6 +14,9 @@ export interface PhysicalChunk {
   readonly mappings: readonly number[];
 }
 
+/** How mapChunks sets access: one cuMemSetAccess over the whole range, or one per chunk. */
+export type MapAccess = "range" | "each";
+
 /** What a policy may know about its device (read-only). */
 export interface DeviceFacts {
   readonly ordinal: number;
@@ -64,10 +67,12 @@ export interface PolicyContext {
   /** cuMemAddressFree a range from reserve(). */
   reserveFree(addr: number, size: number): void;
   /**
-   * Map chunks side by side at addr and make them accessible (one set-access): all or
-   * nothing. A chunk may be mapped at several addresses at once (stitching). Returns bytes.
+   * Map chunks side by side at addr and make them accessible: all or nothing. `access`:
+   * one set-access over the range ("range", the default) or one per chunk after its map
+   * ("each"; what GMLake's original does, one call per 2 MiB chunk). A chunk may be mapped
+   * at several addresses at once (stitching). Returns bytes.
    */
-  mapChunks(addr: number, chunks: readonly PhysicalChunk[], stream?: number): number;
+  mapChunks(addr: number, chunks: readonly PhysicalChunk[], stream?: number, access?: MapAccess): number;
   /** Unmap chunks mapped side by side at addr by mapChunks. Returns bytes. */
   unmapChunks(addr: number, chunks: readonly PhysicalChunk[], stream?: number): number;
   /** The chunk whose mapping starts at addr, or null. */

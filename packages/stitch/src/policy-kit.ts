@@ -5,7 +5,7 @@
  * and builds on the shared mechanisms the built-in policies use: Block chains (split and
  * merge), BlockPool best fit, PyTorch's rounding and knobs.
  */
-export type { PolicyContext, PhysicalChunk, DeviceFacts } from "./policy-context.js";
+export type { PolicyContext, PhysicalChunk, DeviceFacts, MapAccess } from "./policy-context.js";
 export type { Policy, PolicyInstance, PolicyOptions } from "./policy.js";
 export { registerPolicy } from "./policy.js";
 export { Block, splitFront, splitBack, absorb } from "./block.js";

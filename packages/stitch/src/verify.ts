@@ -17,7 +17,11 @@ export interface VerifyOptions {
   policy?: string;
   /** Default: a fresh SimDriver (an H200's capacity). */
   driver?: VmmDriver;
-  /** Give memAlloc the recorded segment addresses (default true). */
+  /**
+   * Give memAlloc the recorded segment addresses (default true). Without it the model runs
+   * free, on the driver's own placement (the sim models cudaMalloc's), and caching's
+   * addresses are compared as (segment ordinal, offset).
+   */
   addressOracle?: boolean;
   checkInvariants?: boolean | number;
 }
@@ -26,7 +30,7 @@ export interface SegmentEvent {
   kind: string;
   addr: number;
   size: number;
-  /** Expandable: the segment's ordinal (by first map) and the offset in it; caching: 0 and addr. */
+  /** Expandable: the segment's ordinal (by first map) and the offset in it; caching: 0 and addr, or (free-running) the segment's ordinal and 0. */
   segment: number;
   offset: number;
 }
@@ -41,6 +45,9 @@ export interface VerifyResult {
   allocsCompared: number;
   recordedPeakReservedBytes: number;
   replayedPeakReservedBytes: number;
+  /** The segment decisions and the peak reserved equal the recording's (what a free-running model can promise). */
+  decisionsMatch: boolean;
+  /** decisionsMatch, and every alloc at the recorded place too. */
   match: boolean;
   replay: ReplayResult;
 }
@@ -71,6 +78,51 @@ class SegmentNamer {
   }
 }
 
+/**
+ * Names cudaMalloc'd addresses by (segment ordinal, offset), the ordinal counting
+ * segment_allocs: two runs whose driver placed segments at different addresses compare
+ * equal when they made the same decisions (a free-running replay has no recorded
+ * addresses to give back).
+ */
+class CachingNamer {
+  private readonly starts: number[] = [];
+  private readonly ends: number[] = [];
+  private readonly ordinals: number[] = [];
+  private next = 0;
+  private pos(addr: number): number {
+    const s = this.starts;
+    let lo = 0;
+    let hi = s.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (s[mid]! <= addr) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo - 1; // last start <= addr
+  }
+  open(addr: number, size: number): [number, number] {
+    const i = this.pos(addr) + 1;
+    this.starts.splice(i, 0, addr);
+    this.ends.splice(i, 0, addr + size);
+    this.ordinals.splice(i, 0, this.next);
+    return [this.next++, 0];
+  }
+  close(addr: number): [number, number] {
+    const i = this.pos(addr);
+    if (i < 0 || this.starts[i] !== addr) return [-1, addr];
+    const o = this.ordinals[i]!;
+    this.starts.splice(i, 1);
+    this.ends.splice(i, 1);
+    this.ordinals.splice(i, 1);
+    return [o, 0];
+  }
+  name(addr: number): [number, number] {
+    const i = this.pos(addr);
+    if (i < 0 || addr >= this.ends[i]!) return [-1, addr];
+    return [this.ordinals[i]!, addr - this.starts[i]!];
+  }
+}
+
 interface Extracted {
   seg: SegmentEvent[];
   allocs: number[];
@@ -78,8 +130,12 @@ interface Extracted {
   peak: number;
 }
 
-function extract(log: EventLog, device: number, expandable: boolean, span: number): Extracted {
+/** How a run's addresses are named for comparison: raw, by expandable segment, or by cudaMalloc'd segment. */
+type Naming = "raw" | "expandable" | "segment";
+
+function extract(log: EventLog, device: number, naming: Naming, span: number): Extracted {
   const namer = new SegmentNamer(span);
+  const cnamer = new CachingNamer();
   const seg: SegmentEvent[] = [];
   const allocs: number[] = [];
   const allocEvents: number[] = [];
@@ -93,11 +149,18 @@ function extract(log: EventLog, device: number, expandable: boolean, span: numbe
       const s = log.size[i]!;
       cur += k === EventKind.segmentAlloc || k === EventKind.segmentMap ? s : -s;
       if (cur > peak) peak = cur;
-      const [sg, off] = expandable ? namer.name(a, k === EventKind.segmentMap) : [0, a];
+      const [sg, off] =
+        naming === "expandable"
+          ? namer.name(a, k === EventKind.segmentMap)
+          : naming === "segment"
+            ? k === EventKind.segmentAlloc
+              ? cnamer.open(a, s)
+              : cnamer.close(a)
+            : [0, a];
       seg.push({ kind: EVENT_KIND_NAMES[k]!, addr: a, size: s, segment: sg, offset: off });
     } else if (k === EventKind.alloc) {
       // expandable: name by segment, which the map before it has opened
-      allocs.push(expandable ? encode(namer.name(a, false)) : a);
+      allocs.push(naming === "expandable" ? encode(namer.name(a, false)) : naming === "segment" ? encode(cnamer.name(a)) : a);
       allocEvents.push(i);
     }
   }
@@ -120,7 +183,9 @@ export function verify(snapshot: SnapshotLike, o: VerifyOptions = {}): VerifyRes
   const expandable = policy === "expandable";
   let driver: VmmDriver = o.driver ?? new SimDriver();
   const span = driver.device.totalBytes;
-  if (!expandable && (o.addressOracle ?? true)) driver = AddressOracleDriver.fromLog(driver, log);
+  const oracle = !expandable && (o.addressOracle ?? true);
+  if (oracle) driver = AddressOracleDriver.fromLog(driver, log);
+  const naming: Naming = expandable ? "expandable" : oracle ? "raw" : "segment";
   const r = replay(log, { policy, driver, settings, checkInvariants: o.checkInvariants, onOom: "continue", teardown: false, pools: privatePoolTags(log, snapshot.segments) });
   const out = r.log!;
   const devices = new Set<number>();
@@ -132,8 +197,8 @@ export function verify(snapshot: SnapshotLike, o: VerifyOptions = {}): VerifyRes
   let recPeak = 0;
   let allocsCompared = 0;
   for (const d of [...devices].sort((a, b) => a - b)) {
-    const a = extract(log, d, expandable, span);
-    const b = extract(out, d, expandable, span);
+    const a = extract(log, d, naming, span);
+    const b = extract(out, d, naming, span);
     recordedSegments += a.seg.length;
     replayedSegments += b.seg.length;
     recPeak = Math.max(recPeak, a.peak);
@@ -162,6 +227,7 @@ export function verify(snapshot: SnapshotLike, o: VerifyOptions = {}): VerifyRes
     allocsCompared,
     recordedPeakReservedBytes: recPeak,
     replayedPeakReservedBytes: r.peakReservedBytes,
+    decisionsMatch: firstMismatch === null && recPeak === r.peakReservedBytes,
     match: firstMismatch === null && firstAllocMismatch === null && recPeak === r.peakReservedBytes,
     replay: r,
   };

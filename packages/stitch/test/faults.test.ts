@@ -128,6 +128,7 @@ describe("a fault during one request: rolled back, the same request then succeed
     { call: "memMap", nth: 1 },
     { call: "memMap", nth: 2 }, // the second chunk of a run: mid-stitch / mid-growth
     { call: "memSetAccess", nth: 1 },
+    { call: "memSetAccess", nth: 2 }, // gmlake: the second chunk's own set-access, after its map
   ];
   for (const policy of POLICIES) {
     for (const { call, nth } of cases) {

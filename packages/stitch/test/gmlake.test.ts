@@ -34,11 +34,23 @@ function twoFree(a: Allocator): [number, number] {
   return [x.addr, y.addr];
 }
 
+describe("gmlake set-access", () => {
+  it("one cuMemSetAccess per chunk as the original (setAccessPerChunk 1), one per range with 0; same modelled cost", () => {
+    const per = make();
+    const range = make({ setAccessPerChunk: 0 });
+    expect(calls(per.driver, () => per.a.malloc(10 * MiB))).toEqual({ memCreate: 5, memAddressReserve: 1, memMap: 5, memSetAccess: 5 });
+    expect(calls(range.driver, () => range.a.malloc(10 * MiB))).toEqual({ memCreate: 5, memAddressReserve: 1, memMap: 5, memSetAccess: 1 });
+    // the sim charges a set-access per mapping it covers: five 2 MiB calls cost one call over five mappings
+    expect(per.driver.stats().timeUs.memSetAccess).toBeCloseTo(range.driver.stats().timeUs.memSetAccess, 9);
+    expect(() => make({ setAccessPerChunk: 2 })).toThrow(StitchError);
+  });
+});
+
 describe("gmlake state 1: a single pBlock", () => {
   it("creates whole-chunk pBlocks and splits cached ones without driver calls", () => {
     const { a, driver } = make();
     let x!: Block;
-    expect(calls(driver, () => (x = a.malloc(10 * MiB)))).toEqual({ memCreate: 5, memAddressReserve: 1, memMap: 5, memSetAccess: 1 });
+    expect(calls(driver, () => (x = a.malloc(10 * MiB)))).toEqual({ memCreate: 5, memAddressReserve: 1, memMap: 5, memSetAccess: 5 });
     expect(x.size).toBe(10 * MiB);
     expect(a.stats.reservedBytes).toBe(10 * MiB);
     const base = x.addr; // the freed block object lives on in the pool (it becomes the split's remainder)
@@ -51,7 +63,7 @@ describe("gmlake state 1: a single pBlock", () => {
     expect([z.addr, z.size]).toEqual([base + 4 * MiB, 6 * MiB]);
     // large requests round to whole chunks; 1-10 MiB ones open a 20 MiB pBlock as PyTorch's 20 MiB segments
     let w!: Block;
-    expect(calls(driver, () => (w = a.malloc(MiB + 1)))).toEqual({ memCreate: 10, memAddressReserve: 1, memMap: 10, memSetAccess: 1 });
+    expect(calls(driver, () => (w = a.malloc(MiB + 1)))).toEqual({ memCreate: 10, memAddressReserve: 1, memMap: 10, memSetAccess: 10 });
     expect(w.size).toBe(2 * MiB);
     expect(a.stats.allocatedBytes).toBe(12 * MiB);
     // small requests: PyTorch's small pool, a 2 MiB cudaMalloc'd segment
@@ -68,7 +80,7 @@ describe("gmlake state 2: stitch, StitchFree, sPool reuse", () => {
     const { a, g, driver } = make(SMALL_FRAG);
     const [lo, hi] = twoFree(a);
     let s!: Block;
-    expect(calls(driver, () => (s = a.malloc(16 * MiB)))).toEqual({ memAddressReserve: 1, memMap: 8, memSetAccess: 1 });
+    expect(calls(driver, () => (s = a.malloc(16 * MiB)))).toEqual({ memAddressReserve: 1, memMap: 8, memSetAccess: 8 });
     expect(s.size).toBe(16 * MiB);
     expect(s.seams).toEqual([10 * MiB]);
     expect(a.stats.reservedBytes).toBe(20 * MiB);
@@ -117,7 +129,7 @@ describe("gmlake state 2: stitch, StitchFree, sPool reuse", () => {
     expect(g.counters()).toMatchObject({ fragmentedSBlocks: 1, freeSBlocks: 0 });
     // fragmented sBlocks are not handed out; 12 MiB of free pBlocks cannot cover 16 MiB: new memory
     let r!: Block;
-    expect(calls(driver, () => (r = a.malloc(16 * MiB)))).toEqual({ memCreate: 8, memAddressReserve: 1, memMap: 8, memSetAccess: 1 });
+    expect(calls(driver, () => (r = a.malloc(16 * MiB)))).toEqual({ memCreate: 8, memAddressReserve: 1, memMap: 8, memSetAccess: 8 });
     a.free(r);
     a.free(q);
     expect(g.counters()).toMatchObject({ fragmentedSBlocks: 0, freeSBlocks: 1 });
@@ -137,7 +149,7 @@ describe("gmlake state 2: stitch, StitchFree, sPool reuse", () => {
   it("fragLimit: requests below it are never stitched (default 512 MiB)", () => {
     const { a, g, driver } = make();
     twoFree(a);
-    expect(calls(driver, () => a.free(a.malloc(16 * MiB)))).toEqual({ memCreate: 8, memAddressReserve: 1, memMap: 8, memSetAccess: 1 });
+    expect(calls(driver, () => a.free(a.malloc(16 * MiB)))).toEqual({ memCreate: 8, memAddressReserve: 1, memMap: 8, memSetAccess: 8 });
     expect(g.counters().stitches).toBe(0);
     a.close([]);
   });
@@ -146,7 +158,7 @@ describe("gmlake state 2: stitch, StitchFree, sPool reuse", () => {
     const { a, g, driver } = make({ ...SMALL_FRAG, vmmDefragment: 0 });
     twoFree(a);
     let s!: Block;
-    expect(calls(driver, () => (s = a.malloc(16 * MiB)))).toEqual({ memCreate: 8, memAddressReserve: 1, memMap: 8, memSetAccess: 1 });
+    expect(calls(driver, () => (s = a.malloc(16 * MiB)))).toEqual({ memCreate: 8, memAddressReserve: 1, memMap: 8, memSetAccess: 8 });
     a.free(s);
     expect(calls(driver, () => a.free(a.malloc(16 * MiB)))).toEqual({});
     expect(g.counters().stitches).toBe(0);
@@ -187,7 +199,7 @@ describe("gmlake states 3 and 4, defragLevel, reAlloc", () => {
     const on = make({ ...SMALL_FRAG, reAlloc: 1 });
     twoFree(on.a);
     let b!: Block;
-    expect(calls(on.driver, () => (b = on.a.malloc(24 * MiB)))).toEqual({ memCreate: 10, memAddressReserve: 2, memMap: 22, memSetAccess: 2 });
+    expect(calls(on.driver, () => (b = on.a.malloc(24 * MiB)))).toEqual({ memCreate: 10, memAddressReserve: 2, memMap: 22, memSetAccess: 22 });
     expect(on.a.stats.reservedBytes).toBe(40 * MiB);
     expect(on.g.counters().stitches).toBe(1);
     on.a.close([b]);
@@ -206,7 +218,7 @@ describe("gmlake GC of stitched ranges", () => {
     a.free(a.malloc(16 * MiB)); // 16 MiB stitched: not past the limit
     expect(g.counters().gcRuns).toBe(0);
     let b!: Block;
-    expect(calls(driver, () => (b = a.malloc(18 * MiB)))).toEqual({ memAddressReserve: 1, memMap: 9, memSetAccess: 1, memUnmap: 8, memAddressFree: 1 });
+    expect(calls(driver, () => (b = a.malloc(18 * MiB)))).toEqual({ memAddressReserve: 1, memMap: 9, memSetAccess: 9, memUnmap: 8, memAddressFree: 1 });
     expect(g.counters()).toMatchObject({ stitches: 2, gcRuns: 1, gcBlocks: 1, freeSBlocks: 0, fragmentedSBlocks: 0 });
     expect(g.stitchedBytes).toBe(18 * MiB);
     a.close([b]);
@@ -264,7 +276,7 @@ describe("gmlake knobs", () => {
   it("chunkSize sets the handle size and the rounding", () => {
     const { a, driver } = make({ chunkSize: 4 * MiB });
     let b!: Block;
-    expect(calls(driver, () => (b = a.malloc(5 * MiB)))).toEqual({ memCreate: 5, memAddressReserve: 1, memMap: 5, memSetAccess: 1 });
+    expect(calls(driver, () => (b = a.malloc(5 * MiB)))).toEqual({ memCreate: 5, memAddressReserve: 1, memMap: 5, memSetAccess: 5 });
     expect(b.size).toBe(8 * MiB);
     expect(a.stats.reservedBytes).toBe(20 * MiB);
     a.close([b]);

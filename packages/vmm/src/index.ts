@@ -20,5 +20,6 @@ export { MISUSE_CODES } from "./address-space.js";
 export { DriverAdaptor } from "./driver-adaptor.js";
 export { CapacityDriver, withCapacity } from "./capacity.js";
 export { FaultDriver, withFaults, mulberry32, FAULT_CODES, type FaultPlan, type FaultAt, type InjectedFault } from "./faults.js";
+export { warmUpDriver } from "./warm-up.js";
 export { createDriver, cudaAvailable, type CreateDriverOptions } from "./create-driver.js";
 export { probeCuda, probeCudaInProcess, cudaFirstUseProbe, describeProbe, type CudaProbe, type ProbeDevice, type ProbeOptions } from "./probe.js";

@@ -11,6 +11,7 @@
  */
 import { AddressSpace, PhysicalRecord } from "./address-space.js";
 import { type CostTable, type SizeCurve, curveUs, withCosts } from "./cost-model.js";
+import { CudaMallocHeap } from "./cuda-malloc-heap.js";
 import type { DeviceInfo, EventHandle, MemInfo, PhysicalHandle } from "./driver.js";
 import { EventBook } from "./event-book.js";
 import { MeteredDriver } from "./metered-driver.js";
@@ -62,6 +63,13 @@ export interface SimDriverOptions {
   readonly name?: string;
   /** Refuse cuMemUnmap over unmapped bytes (CUDA accepts it; default false). */
   readonly strictUnmap?: boolean;
+  /**
+   * Where memAlloc places allocations: "cuda" (default) as CUDA's device heap does
+   * (cuda-malloc-heap.ts: downward, 32 MiB regions, lowest free range first), so a model
+   * of PyTorch's caching allocator sees segments in the order an H200 gives them;
+   * "bump": at increasing addresses, like reservations.
+   */
+  readonly allocPlacement?: "cuda" | "bump";
 }
 
 export class SimDriver extends MeteredDriver {
@@ -75,6 +83,8 @@ export class SimDriver extends MeteredDriver {
   private nextId = 1;
   /** Next never-used virtual address: reservations are placed here while it fits, so runs are reproducible. */
   private vaNext = SIM_VA_BASE;
+  /** memAlloc's heap (allocPlacement "cuda"): grows down from SIM_VA_LIMIT, towards vaNext. */
+  private readonly heap: CudaMallocHeap | null;
   /** Cost of the call in flight, set by the do* methods (modelled time, see clockElapsedUs). */
   private costUs = 0;
   private readonly strictUnmap: boolean;
@@ -91,6 +101,7 @@ export class SimDriver extends MeteredDriver {
   constructor(options: SimDriverOptions = {}) {
     super();
     this.strictUnmap = options.strictUnmap ?? false;
+    this.heap = (options.allocPlacement ?? "cuda") === "cuda" ? new CudaMallocHeap(SIM_VA_LIMIT, SIM_VA_BASE) : null;
     const granularity = options.granularity ?? 2 * MiB;
     const capacity = options.capacityBytes ?? H200_BYTES;
     if (!Number.isSafeInteger(granularity) || granularity <= 0) {
@@ -166,11 +177,18 @@ export class SimDriver extends MeteredDriver {
   /** Bump allocation (reproducible, O(1)); first fit over the gaps once the top is reached. */
   private placeVa(size: number, align: number): number {
     const bumped = Math.ceil(this.vaNext / align) * align;
-    if (bumped + size <= SIM_VA_LIMIT) {
+    const limit = this.heap === null ? SIM_VA_LIMIT : this.heap.lowest;
+    if (bumped + size <= limit) {
       this.vaNext = bumped + size;
+      if (this.heap !== null) this.heap.floor = this.vaNext;
       return bumped;
     }
-    return this.space.findGap(size, align, SIM_VA_BASE, SIM_VA_LIMIT);
+    const gap = this.space.findGap(size, align, SIM_VA_BASE, limit);
+    if (gap >= 0 && gap + size > this.vaNext) {
+      this.vaNext = gap + size; // the heap must not grow over it
+      if (this.heap !== null) this.heap.floor = this.vaNext;
+    }
+    return gap;
   }
 
   protected doMemAddressFree(address: number, size: number): void {
@@ -224,7 +242,7 @@ export class SimDriver extends MeteredDriver {
     const g = this.space.granularity;
     const bytes = Math.ceil(size / g) * g;
     this.space.charge("cuMemAlloc", bytes);
-    const address = this.placeVa(bytes, g);
+    const address = this.heap === null ? this.placeVa(bytes, g) : this.heap.place(bytes);
     if (address < 0) {
       this.space.refund(bytes);
       throw vmmError(OUT_OF_MEMORY, "cuMemAlloc", `size=${size}`, "no free virtual range that large");
@@ -237,6 +255,7 @@ export class SimDriver extends MeteredDriver {
   protected doMemFree(address: number): void {
     checkBytes("cuMemFree", "ptr", address);
     const rec = this.space.freeAllocation("cuMemFree", address);
+    if (this.heap !== null) this.heap.release(address, rec.size);
     this.costUs = this.freeCost.us(rec.size);
   }
 

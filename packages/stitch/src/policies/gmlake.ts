@@ -1,7 +1,7 @@
 import { EventKind } from "@gmlake/trace";
 import { absorb, Block, splitFront } from "../block.js";
 import { BlockPool, releaseAvailableCachedBlocks } from "../block-pool.js";
-import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
+import type { MapAccess, PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
 import { isDriverOom, StitchError } from "../errors.js";
 import type { Policy, PolicyInstance } from "../policy.js";
 import { allocationSize, kSmallSize, roundSize } from "../rounding.js";
@@ -30,6 +30,8 @@ export interface GmlakeOptions extends Record<string, unknown> {
   reAlloc: number;
   /** Bytes of one physical chunk (one cuMemCreate); a multiple of the driver granularity. */
   chunkSize: number;
+  /** 1 = one cuMemSetAccess per chunk mapped, as the original does; 0 = one per mapped range. */
+  setAccessPerChunk: number;
   /** PyTorch settings (null = the trace's recorded ones). */
   maxSplitSize: number | null;
   maxNonSplitRounding: number | null;
@@ -65,6 +67,8 @@ export class GmlakeAllocator implements PolicyInstance {
   private readonly defragLevel: number;
   private readonly autoGcBytes: number;
   private readonly reAlloc: boolean;
+  /** How mapChunks sets access (setAccessPerChunk). */
+  private readonly access: MapAccess;
   private readonly maxSplit: number;
   private readonly maxNonSplitRounding: number;
   private readonly rp2: number[] | null;
@@ -112,6 +116,7 @@ export class GmlakeAllocator implements PolicyInstance {
     this.defragLevel = num("defragLevel", (v) => Number.isInteger(v) && v >= 0, "an integer >= 0");
     this.autoGcBytes = num("autoGC", (v) => v >= 0, "GiB >= 0") * GiB;
     this.reAlloc = num("reAlloc", (v) => v === 0 || v === 1, "0 or 1") > 0;
+    this.access = num("setAccessPerChunk", (v) => v === 0 || v === 1, "0 or 1") > 0 ? "each" : "range";
     ({ maxSplit: this.maxSplit, maxNonSplitRounding: this.maxNonSplitRounding, rp2: this.rp2 } = pytorchKnobs(ctx.settings, o));
     this.small = new CachingAllocator(ctx, {
       maxSplitSize: o.maxSplitSize,
@@ -342,7 +347,7 @@ export class GmlakeAllocator implements PolicyInstance {
       return null;
     }
     try {
-      this.ctx.mapChunks(va, chunks, stream); // all or nothing
+      this.ctx.mapChunks(va, chunks, stream, this.access); // all or nothing
     } catch (e) {
       // the stitch failed (map / set-access): give the range back, the pBlocks stay free
       this.ctx.reserveFree(va, bytes);
@@ -450,7 +455,7 @@ export class GmlakeAllocator implements PolicyInstance {
       return null;
     }
     try {
-      this.ctx.mapChunks(va, chunks, stream); // all or nothing
+      this.ctx.mapChunks(va, chunks, stream, this.access); // all or nothing
     } catch (e) {
       this.ctx.reserveFree(va, bytes);
       for (let j = nChunks - 1; j >= 0; j--) this.ctx.releaseChunk(chunks[j]!);
@@ -869,6 +874,7 @@ export const gmlakePolicy: Policy<GmlakeOptions> = {
     autoGC: 1000,
     reAlloc: 0,
     chunkSize: 2 * MiB,
+    setAccessPerChunk: 1,
     maxSplitSize: null,
     maxNonSplitRounding: null,
     roundupPower2Divisions: null,

@@ -16,6 +16,8 @@ export interface VmsOptions extends Record<string, unknown> {
   maxHandleBytes: number;
   /** New handles are at most request / handlesPerRequest (and maxHandleBytes): 1 = one handle per gap when it fits. */
   handlesPerRequest: number;
+  /** At most this many new handles per gap (larger than maxHandleBytes when the gap needs it); 0 = no limit. */
+  maxHandlesPerGap: number;
   /** Smallest handle made when the gap may overshoot (the arena's open end): fewer, larger handles. */
   minTailHandleBytes: number;
   /** Move free handles (wholly inside free blocks) to where a request needs memory before making new ones. */
@@ -472,7 +474,8 @@ export class VmsAllocator implements PolicyInstance {
         // At the open end a larger handle costs the same calls and leaves room for the next requests.
         const open = gp.roomEnd >= a.end;
         const want = open ? Math.max(left, Math.min(this.o.minTailHandleBytes, gp.roomEnd - gp.f0 - filled)) : left;
-        if (!this.create(want, cap, chunks)) ok = false;
+        const k = this.o.maxHandlesPerGap;
+        if (!this.create(want, k > 0 ? Math.max(cap, this.ceilG(want / k)) : cap, chunks)) ok = false;
       } else if (left > 0) {
         ok = false;
       }
@@ -593,6 +596,7 @@ export const vmsPolicy: Policy<VmsOptions> = {
     smallSegmentBytes: kSmallBuffer,
     maxHandleBytes: 64 * 1024 * 1024,
     handlesPerRequest: 1,
+    maxHandlesPerGap: 0,
     minTailHandleBytes: kSmallBuffer,
     moveFreePages: true,
     crossStream: true,
