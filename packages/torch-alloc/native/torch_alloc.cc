@@ -93,6 +93,8 @@ std::string SelfDir() {
 using DeviceGetFn = int (*)(int* dev, int ordinal);
 using PrimaryRetainFn = int (*)(void** ctx, int dev);
 using CtxSetCurrentFn = int (*)(void* ctx);
+using CtxGetCurrentFn = int (*)(void** ctx);
+CtxGetCurrentFn g_ctxGetCurrent = nullptr;
 DeviceGetFn g_deviceGet = nullptr;
 PrimaryRetainFn g_primaryRetain = nullptr;
 CtxSetCurrentFn g_ctxSetCurrent = nullptr;
@@ -108,8 +110,17 @@ bool MakePrimaryCurrent(int device) {
 
 // Whether `stream` is capturing a CUDA graph (any answer but "no" counts as capturing:
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT on the legacy stream during a global capture too).
+thread_local bool t_contextChecked = false;
+
 bool Capturing(void* stream, int device) {
   if (g_isCapturing == nullptr) return false;
+  // Once per thread, before the first question: asking without a context is an API error
+  // that compute-sanitizer reports (and that costs a failed call).
+  if (!t_contextChecked) {
+    void* cur = nullptr;
+    if (g_ctxGetCurrent != nullptr && g_ctxGetCurrent(&cur) == 0 && cur == nullptr) MakePrimaryCurrent(device);
+    t_contextChecked = true;
+  }
   int status = kCaptureStatusNone;
   int r = g_isCapturing(stream, &status);
   if (r == kCudaErrorInvalidContext && MakePrimaryCurrent(device)) {
@@ -127,6 +138,7 @@ void LoadCaptureCheck() {
   g_deviceGet = reinterpret_cast<DeviceGetFn>(dlsym(cuda, "cuDeviceGet"));
   g_primaryRetain = reinterpret_cast<PrimaryRetainFn>(dlsym(cuda, "cuDevicePrimaryCtxRetain"));
   g_ctxSetCurrent = reinterpret_cast<CtxSetCurrentFn>(dlsym(cuda, "cuCtxSetCurrent"));
+  g_ctxGetCurrent = reinterpret_cast<CtxGetCurrentFn>(dlsym(cuda, "cuCtxGetCurrent"));
 }
 
 void FreeNow(void* ptr, size_t size, void* stream) {
