@@ -9,7 +9,7 @@ import { cpus, hostname } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { OutputError, terminalSafe, writeStdout } from "@gmlake/output";
-import { listPolicies } from "@gmlake/stitch";
+import { listPolicies, optionsForPolicies } from "@gmlake/stitch";
 import { probeCuda } from "@gmlake/vmm";
 import { defaultTraceDir, findTraces, traceLabel } from "./find-traces.js";
 import { recordedFigures, type Recorded } from "./recorded.js";
@@ -21,7 +21,8 @@ import { runTask, type Task, type TaskResult } from "./task.js";
 
 const HELP = `Usage: gmlake-bench [--traces DIR] [--policies a,b] [--drivers auto|sim,cuda,host]
                     [--capacity-factor 1.02] [--integrity on|full|off] [--workers N] [--cpu-workers N]
-                    [--only NAME,...] [--no-warmup] [--shard I/N] [--out DIR] [--force]
+                    [--only NAME,...] [--set KNOB=VALUE ...] [--no-warmup] [--shard I/N]
+                    [--out DIR] [--force]
        gmlake-bench merge DIR... --out DIR [--force]
 
 Replays every trace in DIR (default ../shared/traces, sub-folders included) with every
@@ -30,6 +31,8 @@ policy on each driver, and writes DIR_OUT/results.json, summary.md and <trace>.s
 sim run per trace x policy under a capacity of F x the trace's peak requested bytes.
 Before its first cuda task a worker makes a few driver calls of each kind, untimed, so
 that the driver's lazy first-use cost does not land on the first trace (--no-warmup).
+--set KNOB=VALUE goes to every policy that has the knob (checked before any run: a knob
+none of them has, or a bad value, exits 2; 'gmlake policies' lists the knobs).
 --shard I/N runs only tasks I, I+N, I+2N ... of the sweep (0-based I: a Slurm array
 task's SLURM_ARRAY_TASK_ID, a Kubernetes indexed Job's JOB_COMPLETION_INDEX); 'merge'
 joins the result folders of all N shards into one, as if the sweep had run whole.
@@ -51,6 +54,8 @@ interface Args {
   warmUp: boolean;
   shard: Shard | null;
   force: boolean;
+  /** Each policy's checked knob values (--set). */
+  options: Map<string, Record<string, unknown>>;
 }
 
 function fail(msg: string, code = 2): never {
@@ -74,6 +79,7 @@ function parse(argv: string[]): Args {
         "no-warmup": { type: "boolean" },
         only: { type: "string" },
         out: { type: "string" },
+        set: { type: "string", multiple: true },
         shard: { type: "string" },
         force: { type: "boolean", short: "f" },
         help: { type: "boolean", short: "h" },
@@ -89,6 +95,18 @@ function parse(argv: string[]): Args {
   const registered = listPolicies().map((p) => p.name);
   const policies = v.policies ? v.policies.split(",").map((s) => s.trim()) : registered;
   for (const p of policies) if (!registered.includes(p)) fail(`unknown policy '${p}' (policies: ${registered.join(", ")})`);
+  const sets: Record<string, string> = Object.create(null); // "__proto__=x" is a knob name like any other
+  for (const item of v.set ?? []) {
+    const eq = item.indexOf("=");
+    if (eq <= 0) fail(`invalid --set '${item}': expected knob=value`);
+    sets[item.slice(0, eq).trim()] = item.slice(eq + 1).trim();
+  }
+  let options: Args["options"];
+  try {
+    options = optionsForPolicies(policies, sets);
+  } catch (e) {
+    fail((e as Error).message);
+  }
   const cuda = probeCuda({ memInfo: false });
   let drivers: Args["drivers"];
   if (!v.drivers || v.drivers === "auto") drivers = cuda.ok ? ["cuda", "sim"] : ["sim"];
@@ -121,6 +139,7 @@ function parse(argv: string[]): Args {
     out: v.out ?? "bench-results",
     warmUp: !v["no-warmup"],
     force: Boolean(v.force),
+    options,
   };
 }
 
@@ -187,11 +206,12 @@ async function main(): Promise<void> {
   for (const t of traces) {
     const rec = recorded.find((r) => r.trace === t.trace)!;
     for (const driver of a.drivers)
-      for (const policy of a.policies) tasks.push({ id: tasks.length, ...t, policy, driver, integrity: a.integrity, timeline: driver === "sim", warmUp: a.warmUp });
+      for (const policy of a.policies)
+        tasks.push({ id: tasks.length, ...t, policy, options: a.options.get(policy), driver, integrity: a.integrity, timeline: driver === "sim", warmUp: a.warmUp });
     if (a.capacityFactor !== null) {
       const capacity = Math.ceil(rec.peakRequestedBytes * a.capacityFactor);
       for (const policy of a.policies)
-        tasks.push({ id: tasks.length, ...t, policy, driver: "sim", capacity, capacityNote: `${a.capacityFactor}x peak requested`, integrity: false });
+        tasks.push({ id: tasks.length, ...t, policy, options: a.options.get(policy), driver: "sim", capacity, capacityNote: `${a.capacityFactor}x peak requested`, integrity: false });
     }
   }
 

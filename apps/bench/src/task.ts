@@ -9,6 +9,8 @@ export interface Task {
   trace: string;
   path: string;
   policy: string;
+  /** The policy's knob values (checked by the parent: optionsForPolicies). */
+  options?: Record<string, unknown>;
   driver: "cuda" | "sim" | "host";
   capacity?: number;
   /** Why the capacity is set (e.g. "1.02x peak requested"). */
@@ -79,6 +81,7 @@ export async function runTask(task: Task): Promise<TaskResult> {
     if (task.driver === "cuda") driver = accounting = new DeviceAccounting(driver);
     const r = replay(ev, {
       policy: task.policy,
+      options: task.options,
       driver,
       capacity: task.capacity,
       settings: s.allocatorSettings,

@@ -57,34 +57,21 @@ export function checkPolicy(name: string): string {
 }
 
 /**
- * `--set key=value` knobs: numbers (sizes with units too: fragLimit=512MiB), true/false,
- * null, else strings. The policy itself rejects unknown keys and wrong types.
+ * `--set key=value` knobs as text: each policy's knob schema converts and checks them
+ * (sizes with units, true/false, null, [..] lists), once, before any trace is read.
  */
-export function parseSets(values: unknown): Record<string, unknown> {
+export function parseSets(values: unknown): Record<string, string> {
   const list = values === undefined ? [] : Array.isArray(values) ? values : [values];
-  const out: Record<string, unknown> = {};
+  const out: Record<string, string> = Object.create(null); // "__proto__=x" is a knob name like any other
   for (const item of list) {
     const text = String(item);
     const eq = text.indexOf("=");
     if (eq <= 0) throw new UsageError(`invalid --set '${text}': expected key=value`);
-    const key = text.slice(0, eq).trim();
-    const raw = text.slice(eq + 1).trim();
-    let v: unknown;
-    if (raw === "true" || raw === "false") v = raw === "true";
-    else if (raw === "null") v = null;
-    else if (/^-?\d+(\.\d+)?(e\d+)?$/i.test(raw)) v = Number(raw);
-    else if (/^\d+(\.\d+)?\s*[a-zA-Z]+$/.test(raw)) v = parseSize(raw, `--set ${key}`);
-    else if (/^\[.*\]$/.test(raw)) {
-      try {
-        v = JSON.parse(raw);
-      } catch {
-        throw new UsageError(`invalid --set '${text}': not a JSON array`);
-      }
-    } else v = raw;
-    out[key] = v;
+    out[text.slice(0, eq).trim()] = text.slice(eq + 1).trim();
   }
   return out;
 }
+
 
 /** Stitch's own errors about options (unknown knob, wrong type) are usage errors. */
 export function asUsage<T>(f: () => T): T {

@@ -1,12 +1,14 @@
-import { listPolicies } from "@gmlake/stitch";
+import { listPolicies, optionsForPolicies } from "@gmlake/stitch";
+import { asUsage } from "./options.js";
 
-/** --set applies to each policy that has the knob (compare and explain run policies with different knobs). */
-export function knobsFor(policy: string, sets: Record<string, unknown>): Record<string, unknown> {
-  const p = listPolicies().find((x) => x.name === policy);
-  if (!p) return {};
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(sets)) if (k in p.defaults) out[k] = v;
-  return out;
+/**
+ * --set for the policies a command runs (replay, compare, explain): each knob goes to every
+ * one of them that has it, checked once against its schema before any trace is read; a
+ * knob none of them has, or a value it does not accept, is bad input (exit 2, one line).
+ */
+export function knobsFor(policies: readonly string[], sets: Record<string, string>): (policy: string) => Record<string, unknown> {
+  const checked = asUsage(() => optionsForPolicies(policies, sets));
+  return (policy) => checked.get(policy) ?? {};
 }
 
 /** The policies compare and explain run by default: PyTorch's two allocators, GMLake and ours (those registered). */

@@ -1,3 +1,4 @@
+import { BYTE_UNITS } from "@gmlake/stitch";
 import { UsageError } from "./cli-error.js";
 
 /**
@@ -5,19 +6,9 @@ import { UsageError } from "./cli-error.js";
  * PyTorch's memory_summary and every gmlake output print) and decimal ones (kB/KB, MB, GB,
  * TB: powers of 10^3, what GPU vendors print on the box) are both accepted and mean what
  * they say. A bare K, M, G or T is refused: "80G" is 80 GiB to some tools and 80 GB to
- * others, and the two differ by 7%.
+ * others, and the two differ by 7%. The table is @gmlake/stitch's, which knob values use too.
  */
-const UNITS: Record<string, number> = {
-  b: 1,
-  kb: 1e3,
-  mb: 1e6,
-  gb: 1e9,
-  tb: 1e12,
-  kib: 2 ** 10,
-  mib: 2 ** 20,
-  gib: 2 ** 30,
-  tib: 2 ** 40,
-};
+const UNITS = BYTE_UNITS;
 
 /** "80GiB", "512MiB", "1.5GB", "1048576" -> bytes (an integer). */
 export function parseSize(text: string, what = "size", options: { allowZero?: boolean } = {}): number {

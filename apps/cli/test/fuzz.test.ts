@@ -5,10 +5,7 @@ import { gunzipSync, gzipSync } from "node:zlib";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { pickle, PyTuple, type PickleValue } from "@gmlake/trace";
-import { parseArgs } from "node:util";
-import { isInputError } from "../src/cli-error.js";
-import { COMMANDS } from "../src/commands/index.js";
-import { cli, TRACES } from "./run-cli.js";
+import { cli, gmlakeInProcess, TRACES, type Outcome } from "./run-cli.js";
 
 /**
  * The CLI end to end on hostile files: mutated real snapshots and well-formed snapshots
@@ -31,34 +28,7 @@ for (const f of ["default.pickle", "expandable.pickle", "default_end.pickle", "e
   if (existsSync(p)) bases.push(readFileSync(p));
 }
 
-type Outcome = "ok" | "bad-input";
 const tmpIn = mkdtempSync(join(tmpdir(), "gmlake-fuzz-in-"));
-
-/**
- * `gmlake CMD FILE ...` in this process, as main.ts runs it (parseArgs over the command's
- * options, then its run()), with stdout and stderr swallowed. Throws on an internal failure.
- */
-async function gmlakeInProcess(argv: string[]): Promise<Outcome> {
-  const cmd = COMMANDS.find((c) => c.name === argv[0])!;
-  const out = process.stdout.write;
-  const err = process.stderr.write;
-  process.stdout.write = (() => true) as typeof process.stdout.write;
-  process.stderr.write = (() => true) as typeof process.stderr.write;
-  try {
-    const { values, positionals } = parseArgs({ args: argv.slice(1), options: { ...cmd.options, help: { type: "boolean" } }, allowPositionals: true, strict: true });
-    await cmd.run(values, positionals);
-    return "ok";
-  } catch (e) {
-    if (isInputError(e)) {
-      if (e.message.length === 0) throw new Error("bad input with an empty message");
-      return "bad-input";
-    }
-    throw e;
-  } finally {
-    process.stdout.write = out;
-    process.stderr.write = err;
-  }
-}
 
 let caseNo = 0;
 /** The bytes as a file through `inspect`, `replay` (a policy, invariants on) or `verify`. */

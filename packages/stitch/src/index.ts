@@ -3,7 +3,7 @@ export { BlockPool, releaseAvailableCachedBlocks } from "./block-pool.js";
 export { lowerBound, lowerBoundOf } from "./lower-bound.js";
 export { AllocatorContext } from "./context.js";
 export type { PolicyContext, PhysicalChunk, DeviceFacts } from "./policy-context.js";
-export { pytorchKnobs, type PytorchKnobs, type PytorchOptions } from "./pytorch-knobs.js";
+export { PYTORCH_KNOBS, pytorchKnobs, type PytorchKnobs, type PytorchOptions } from "./pytorch-knobs.js";
 export { Allocator, type AllocatorOptions, type CloseReport } from "./engine.js";
 export { StitchError, OutOfMemoryError, isDriverOom, type StitchErrorCode } from "./errors.js";
 export { IntegrityChecker } from "./integrity.js";
@@ -14,11 +14,14 @@ export {
   getPolicy,
   listPolicies,
   resolveOptions,
+  policyDefaults,
+  optionsForPolicies,
   type Policy,
   type PolicyInstance,
   type PolicyOptions,
 } from "./policy.js";
 export * from "./rounding.js";
+export { BYTE_UNITS, checkKnob, describeKnobRange, formatKnobValue, knobDefaults, parseByteSize, type Knob, type KnobSchema, type KnobValue } from "./knobs.js";
 export { AllocatorStats } from "./stats.js";
 export { CachingAllocator, cachingPolicy, type CachingOptions } from "./policies/caching.js";
 export { ExpandableAllocator, expandablePolicy, type ExpandableOptions } from "./policies/expandable.js";

@@ -8,10 +8,11 @@
 export type { PolicyContext, PhysicalChunk, DeviceFacts, MapAccess } from "./policy-context.js";
 export type { Policy, PolicyInstance, PolicyOptions } from "./policy.js";
 export { registerPolicy } from "./policy.js";
+export type { Knob, KnobSchema, KnobValue } from "./knobs.js";
 export { Block, splitFront, splitBack, absorb } from "./block.js";
 export { BlockPool, releaseAvailableCachedBlocks } from "./block-pool.js";
 export { lowerBound, lowerBoundOf } from "./lower-bound.js";
 export { StitchError, isDriverOom } from "./errors.js";
 export * from "./rounding.js";
-export { pytorchKnobs, type PytorchKnobs, type PytorchOptions } from "./pytorch-knobs.js";
+export { PYTORCH_KNOBS, pytorchKnobs, type PytorchKnobs, type PytorchOptions } from "./pytorch-knobs.js";
 export { EventKind } from "@gmlake/trace";

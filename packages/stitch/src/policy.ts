@@ -1,9 +1,10 @@
 import type { Block } from "./block.js";
 import type { PolicyContext } from "./policy-context.js";
 import { StitchError } from "./errors.js";
+import { checkKnob, knobDefaults, type Knob, type KnobSchema } from "./knobs.js";
 import { BUILTIN_POLICIES } from "./policies/builtin.js";
 
-/** A policy's knobs: plain JSON-like values (numbers, booleans, strings, arrays of numbers, null). */
+/** A policy's knob values: plain JSON-like values (numbers, booleans, strings, arrays of numbers, null). */
 export type PolicyOptions = Record<string, unknown>;
 
 /**
@@ -35,8 +36,11 @@ export interface PolicyInstance {
 export interface Policy<O extends PolicyOptions = PolicyOptions> {
   readonly name: string;
   readonly description: string;
-  /** Every knob with its default value; create() receives defaults overlaid with the user's options. */
-  readonly defaults: Readonly<O>;
+  /**
+   * Every knob: type, unit, range, default, one-line description. create() receives the
+   * defaults overlaid with the user's values, each checked against its knob.
+   */
+  readonly knobs: KnobSchema<O>;
   create(context: PolicyContext, options: O): PolicyInstance;
 }
 
@@ -48,6 +52,7 @@ export function registerPolicy<O extends PolicyOptions>(policy: Policy<O>, optio
     throw new StitchError("BAD_ARGUMENT", `Expected a policy name of lowercase letters, digits, - or _ but received ${String(policy?.name)}`);
   }
   if (typeof policy.create !== "function") throw new StitchError("BAD_ARGUMENT", `policy ${policy.name} has no create()`);
+  checkSchema(policy as unknown as Policy);
   if (registry.has(policy.name) && !options.replace) {
     throw new StitchError("DUPLICATE_POLICY", `a policy named ${policy.name} is already registered`);
   }
@@ -69,20 +74,65 @@ export function listPolicies(): Policy[] {
   return [...registry.values()];
 }
 
-/** Defaults overlaid with options; unknown keys and type mismatches are errors. */
-export function resolveOptions<O extends PolicyOptions>(policy: Policy<O>, options: Partial<O> | undefined): O {
-  const out = { ...policy.defaults } as O;
-  if (!options) return out;
+/** A policy's knobs are well declared: each has a type and a description, and its default passes its own check. */
+function checkSchema(policy: Policy): void {
+  const knobs = policy.knobs as Record<string, Knob> | undefined;
+  if (typeof knobs !== "object" || knobs === null) throw new StitchError("BAD_ARGUMENT", `policy ${policy.name} declares no knobs (knobs: {} when it has none)`);
+  for (const [name, k] of Object.entries(knobs)) {
+    if (typeof k?.description !== "string" || typeof k.type !== "string") {
+      throw new StitchError("BAD_ARGUMENT", `policy ${policy.name}: knob ${name} needs a type and a description`);
+    }
+    try {
+      checkKnob(policy.name, name, k, k.default);
+    } catch (e) {
+      throw new StitchError("BAD_ARGUMENT", `policy ${policy.name}: the default of knob ${name} fails its own check (${(e as Error).message})`);
+    }
+  }
+}
+
+/** Every knob's default value. */
+export function policyDefaults<O extends PolicyOptions>(policy: Policy<O>): O {
+  return knobDefaults(policy.knobs);
+}
+
+/**
+ * The knob values create() gets: defaults overlaid with `options`, each checked against
+ * its knob (strings in command-line form are converted: "512MiB", "true"). An unknown knob
+ * or a bad value is a StitchError BAD_OPTION naming the knob and what it accepts.
+ */
+export function resolveOptions<O extends PolicyOptions>(policy: Policy<O>, options: Partial<O> | Record<string, unknown> | undefined): O {
+  const out = knobDefaults(policy.knobs) as PolicyOptions;
+  if (!options) return out as O;
+  const knobs = policy.knobs as Record<string, Knob>;
   for (const [k, v] of Object.entries(options)) {
     if (v === undefined) continue;
-    if (!(k in policy.defaults)) {
-      throw new StitchError("BAD_OPTION", `policy ${policy.name} has no option ${k}; it has: ${Object.keys(policy.defaults).join(", ")}`);
+    const knob = Object.hasOwn(knobs, k) ? knobs[k] : undefined;
+    if (knob === undefined) {
+      const names = Object.keys(knobs);
+      throw new StitchError("BAD_OPTION", `policy ${policy.name} has no knob ${k}; ${names.length ? `its knobs: ${names.join(", ")}` : "it has none"}`);
     }
-    const d = (policy.defaults as PolicyOptions)[k];
-    if (d !== null && v !== null && typeof d !== typeof v) {
-      throw new StitchError("BAD_OPTION", `Expected a ${typeof d} for ${policy.name}.${k} but received ${JSON.stringify(v)}`);
+    out[k] = checkKnob(policy.name, k, knob, v);
+  }
+  return out as O;
+}
+
+/**
+ * Knob values for several policies at once (compare, the benchmarks): each value goes to
+ * every policy that has a knob of that name, checked against it; a name none of them has
+ * is an error (BAD_OPTION), as is a bad value. Returns each policy's checked values (only
+ * the knobs that were set).
+ */
+export function optionsForPolicies(policies: readonly (string | Policy)[], values: Record<string, unknown>): Map<string, PolicyOptions> {
+  const list = policies.map((p) => (typeof p === "string" ? getPolicy(p) : p));
+  const out = new Map<string, PolicyOptions>(list.map((p) => [p.name, {}]));
+  for (const [k, v] of Object.entries(values)) {
+    const takers = list.filter((p) => Object.hasOwn(p.knobs, k));
+    if (takers.length === 0) {
+      if (list.length === 1) resolveOptions(list[0]!, { [k]: v }); // "policy x has no knob k; its knobs: ..."
+      const all = [...new Set(list.flatMap((p) => Object.keys(p.knobs)))];
+      throw new StitchError("BAD_OPTION", `no policy of ${list.map((p) => p.name).join(", ")} has a knob ${k}; their knobs: ${all.join(", ") || "none"}`);
     }
-    (out as PolicyOptions)[k] = v;
+    for (const p of takers) out.get(p.name)![k] = checkKnob(p.name, k, (p.knobs as Record<string, Knob>)[k]!, v);
   }
   return out;
 }

@@ -1,5 +1,5 @@
 import type { AllocatorSettings } from "@gmlake/trace";
-import { StitchError } from "./errors.js";
+import type { KnobSchema } from "./knobs.js";
 
 /** PyTorch's own knobs as a policy resolves them: option, else the trace's recorded setting. */
 export interface PytorchKnobs {
@@ -16,9 +16,31 @@ export interface PytorchOptions {
   roundupPower2Divisions: number[] | null;
 }
 
-/** Checks the PyTorch knobs of a policy's options and resolves them against the recorded settings. */
+/** PyTorch's knobs as a policy declares them (PYTORCH_CUDA_ALLOC_CONF's names in camelCase). */
+export const PYTORCH_KNOBS: KnobSchema<PytorchOptions> = {
+  maxSplitSize: {
+    type: "bytes",
+    min: -1,
+    default: null,
+    nullMeans: "the trace's recorded setting",
+    description: "max_split_size: blocks this large or larger are not split (-1 = unlimited)",
+  },
+  maxNonSplitRounding: {
+    type: "bytes",
+    default: null,
+    nullMeans: "the trace's recorded setting",
+    description: "max_non_split_rounding: how much larger than the request an unsplit block may be",
+  },
+  roundupPower2Divisions: {
+    type: "divisions",
+    default: null,
+    nullMeans: "the trace's recorded setting",
+    description: "roundup_power2_divisions: steps between powers of two that requests round up to, per size interval",
+  },
+};
+
+/** Resolves a policy's (schema-checked) PyTorch knobs against the recorded settings. */
 export function pytorchKnobs(settings: AllocatorSettings, o: PytorchOptions): PytorchKnobs {
-  checkPytorchOptions(o);
   const ms = o.maxSplitSize ?? settings.maxSplitSize;
   const rp2 = o.roundupPower2Divisions ?? settings.roundupPower2Divisions;
   return {
@@ -26,19 +48,4 @@ export function pytorchKnobs(settings: AllocatorSettings, o: PytorchOptions): Py
     maxNonSplitRounding: o.maxNonSplitRounding ?? settings.maxNonSplitRounding,
     rp2: rp2.some((d) => d > 1) ? rp2 : null,
   };
-}
-
-/** The knobs shared with PyTorch's configuration: null (= from the trace's settings) or a valid value. */
-function checkPytorchOptions(o: { maxSplitSize: unknown; maxNonSplitRounding: unknown; roundupPower2Divisions: unknown }): void {
-  const bytes = (k: string, v: unknown) => {
-    if (v !== null && !(typeof v === "number" && Number.isSafeInteger(v) && v >= -1)) {
-      throw new StitchError("BAD_OPTION", `Expected null or a byte count for ${k} but received ${JSON.stringify(v)}`);
-    }
-  };
-  bytes("maxSplitSize", o.maxSplitSize);
-  bytes("maxNonSplitRounding", o.maxNonSplitRounding);
-  const d = o.roundupPower2Divisions;
-  if (d !== null && !(Array.isArray(d) && d.length === 16 && d.every((x) => Number.isInteger(x) && x >= 0))) {
-    throw new StitchError("BAD_OPTION", `Expected null or 16 non-negative integers for roundupPower2Divisions but received ${JSON.stringify(d)}`);
-  }
 }

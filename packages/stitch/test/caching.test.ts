@@ -112,7 +112,7 @@ describe("caching policy (PyTorch's caching allocator)", () => {
 
   it("rejects bad options and sizes with coded errors", () => {
     expect(() => new Allocator("caching", new SimDriver(), { options: { nope: 1 } })).toThrow(expect.objectContaining({ code: "BAD_OPTION" }));
-    expect(() => new Allocator("caching", new SimDriver(), { options: { maxSplitSize: "big" } })).toThrow(/Expected null or a byte count for maxSplitSize/);
+    expect(() => new Allocator("caching", new SimDriver(), { options: { maxSplitSize: "big" } })).toThrow(/^caching\.maxSplitSize accepts a byte count from -1 to 1PiB .* or null \(the trace's recorded setting\), not 'big'$/);
     const a = new Allocator("caching", new SimDriver());
     expect(() => a.malloc(-1)).toThrow(expect.objectContaining({ code: "BAD_ARGUMENT" }));
     expect(() => new Allocator("nope", new SimDriver())).toThrow(expect.objectContaining({ code: "UNKNOWN_POLICY" }));

@@ -48,7 +48,9 @@ class NoCache implements PolicyInstance {
 export const noCachePolicy: Policy<NoCacheOptions> = {
   name: "no-cache",
   description: "maps fresh chunks for every allocation and releases them at free",
-  defaults: { chunkBytes: 0 },
+  knobs: {
+    chunkBytes: { type: "bytes", default: 0, description: "bytes of one chunk (0 = the device's granularity)" },
+  },
   create: (ctx, o) => new NoCache(ctx, o),
 };
 

@@ -284,10 +284,13 @@ describe("gmlake knobs", () => {
 
   it("rejects bad knobs with BAD_OPTION", () => {
     const bad = (o: Record<string, unknown>) => () => new Allocator("gmlake", new SimDriver(), { options: o });
-    for (const o of [{ chunkSize: 3 * MiB }, { chunkSize: "2M" }, { vmmDefragment: 2 }, { reuseLimit: 0 }, { defragLevel: -1 }, { autoGc: 1 }]) {
+    for (const o of [{ chunkSize: 3 * MiB }, { chunkSize: "2 apples" }, { chunkSize: 2.5 }, { vmmDefragment: 2 }, { reuseLimit: 0 }, { defragLevel: -1 }, { autoGc: 1 }]) {
       expect(bad(o)).toThrow(expect.objectContaining({ code: "BAD_OPTION" }));
     }
     expect(bad({ chunkSize: 3 * MiB })).toThrow(StitchError);
+    // a size with a unit is a byte count, as on the command line
+    const a = new Allocator("gmlake", new SimDriver(), { options: { chunkSize: "4MiB", fragLimit: "0" } });
+    a.close();
   });
 });
 

@@ -1,8 +1,9 @@
 /**
  * Policy knobs as a user gives them: from Python keywords (numbers, booleans, strings)
  * or from text (`GMLAKE_KNOBS="maxHandleBytes=67108864,crossStream=false"`, or JSON).
- * Text values take the type of the knob's default; the engine then checks every knob
- * (unknown names and wrong types are StitchError BAD_OPTION).
+ * Text values take the type of the knob's default (Python's None, 1/0 for booleans); the
+ * engine then checks every knob against its schema, which also reads sizes with units
+ * ("512MiB"): unknown names and bad values are StitchError BAD_OPTION.
  */
 import type { Policy } from "@gmlake/stitch";
 
@@ -29,7 +30,7 @@ export function parseKnobText(text: string): Record<string, unknown> {
 export function coerceKnobs(policy: Policy, knobs: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(knobs)) {
-    const d = (policy.defaults as Record<string, unknown>)[k];
+    const d = (policy.knobs as Record<string, { default: unknown } | undefined>)[k]?.default;
     if (typeof v !== "string" || typeof d === "string") {
       out[k] = v;
     } else if (v === "null" || v === "none" || v === "None") {

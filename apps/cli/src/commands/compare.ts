@@ -126,7 +126,8 @@ Options:
                   an H200; see apps/cli/README.md)
   --no-fit        skip the search for the smallest GPU (faster)
   --driver, -d    sim (default), host, cuda, auto (the fit search always runs on sim)
-  --set k=v       a knob passed to every policy that has it
+  --set k=v       a knob passed to every policy that has it (one that none of them
+                  has is an error; 'gmlake policies' lists them)
   --verbose, -v   more columns: headroom, peak requested, utilization, OOM event, driver
                   calls and time, second-half calls, replay speed, search replays
   --json          {rows, recorded, fit, alternatives, budget, advice} (apps/cli/README.md)
@@ -150,7 +151,7 @@ Examples:
     const driver = parseDriver(values.driver);
     const budget = parseBudget(values);
     const search = !values["no-fit"];
-    const sets = parseSets(values.set);
+    const knobs = knobsFor(policies, parseSets(values.set));
     const paths = positionals.length ? positionals : [undefined];
     // Every output is checked before the first replay (not an input, not clobbered without --force).
     const inputs = { inputs: traceInputs(positionals), force: Boolean(values.force) };
@@ -181,7 +182,7 @@ Examples:
       const verdicts: FitVerdict[] = [];
       for (const policy of policies) {
         progress.update(done, paths.length * policies.length, `${t.name} ${policy}`);
-        const options = knobsFor(policy, sets);
+        const options = knobs(policy);
         const capacity = budget.allocatorBytes ?? undefined;
         const { row, result } = runReplay(t, { policy, driver, capacity, options, record: draw });
         const r: CompareRow = { ...row, finished: row.oom === null };
@@ -202,7 +203,7 @@ Examples:
         done++;
       }
       if (search && policies.includes("caching")) {
-        const alt = maxSplitVerdicts(t, knobsFor("caching", sets), budget, rec.peakRequestedBytes);
+        const alt = maxSplitVerdicts(t, knobs("caching"), budget, rec.peakRequestedBytes);
         out.alternatives.push(...alt);
         verdicts.push(...alt);
       }
@@ -212,7 +213,7 @@ Examples:
       if (plots[ti]) writeOutputFile(plots[ti], svg!);
       if (reportDir !== undefined) {
         progress.update(done, paths.length * policies.length, `${t.name} peaks`);
-        const answers = memoryAnswers(t, policies, (policy) => knobsFor(policy, sets));
+        const answers = memoryAnswers(t, policies, knobs);
         report.push({ name: t.name, recorded: rec, rows: out.rows.filter((r) => r.trace === t.name), fit: verdicts, advice: text, svg, answers });
       }
     }

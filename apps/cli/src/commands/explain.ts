@@ -50,11 +50,11 @@ Example:
     const policies = parsePolicies(values.policies, defaultPolicies());
     const top = values.top === undefined ? 10 : Number(values.top);
     if (!Number.isInteger(top) || top < 1 || top > 1000) throw new UsageError(`invalid --top '${String(values.top)}': expected a whole number from 1 to 1000`);
-    const sets = parseSets(values.set);
+    const knobs = knobsFor(policies, parseSets(values.set));
     const paths = positionals.length ? positionals : [undefined];
     for (const p of paths) {
       const t = await loadTrace(p, { frames: true });
-      const a = memoryAnswers(t, policies, (policy) => knobsFor(policy, sets), top);
+      const a = memoryAnswers(t, policies, knobs, top);
       if (values.json) {
         printJson(a);
         continue;

@@ -6,6 +6,7 @@ import { loadTrace } from "../load-trace.js";
 import { capacityLabel } from "./compare.js";
 import { parseBudget } from "../device-budget.js";
 import { checkPolicy, parseDriver, parseSets } from "../options.js";
+import { knobsFor } from "../policy-knobs.js";
 import { runReplay, type ReplayRow } from "../run-replay.js";
 import { formatBytes } from "../sizes.js";
 
@@ -45,6 +46,7 @@ Options:
                  its event index
   --reserve      memory held outside the allocator (CUDA context, libraries); default 1GiB
   --set k=v      a policy knob, e.g. --set fragLimit=512MiB --set reuseLimit=10
+                 ('gmlake policies' lists every knob with its default and range)
   --integrity    on host/cuda every block is stamped and checked at its free:
                  'on' (first/last bytes and stitch seams; default), 'full' (every byte), 'off'
   --invariants   check the allocator's invariants after every event (slow)
@@ -70,7 +72,7 @@ Examples:
     const driver = parseDriver(values.driver);
     const budget = parseBudget(values);
     const capacity = budget.allocatorBytes ?? undefined;
-    const options = parseSets(values.set);
+    const options = knobsFor([policy], parseSets(values.set))(policy);
     const integrityArg = values.integrity === undefined ? undefined : String(values.integrity);
     if (integrityArg !== undefined && !["on", "off", "full"].includes(integrityArg)) {
       throw new UsageError(`invalid --integrity '${integrityArg}': expected on, off or full`);

@@ -2,7 +2,7 @@ import { absorb, Block, splitFront } from "../block.js";
 import { BlockPool, releaseAvailableCachedBlocks } from "../block-pool.js";
 import type { PolicyContext } from "../policy-context.js";
 import type { Policy, PolicyInstance } from "../policy.js";
-import { pytorchKnobs } from "../pytorch-knobs.js";
+import { PYTORCH_KNOBS, pytorchKnobs } from "../pytorch-knobs.js";
 import { allocationSize, kMinBlockSize, kSmallSize, roundSize } from "../rounding.js";
 
 export interface CachingOptions extends Record<string, unknown> {
@@ -146,6 +146,6 @@ export class CachingAllocator implements PolicyInstance {
 export const cachingPolicy: Policy<CachingOptions> = {
   name: "caching",
   description: "PyTorch's CUDA caching allocator (torch 2.11): small/large pools, best fit by (stream, size, address), split/merge, release-and-retry",
-  defaults: { maxSplitSize: null, maxNonSplitRounding: null, roundupPower2Divisions: null },
+  knobs: PYTORCH_KNOBS,
   create: (ctx, o) => new CachingAllocator(ctx, o),
 };

@@ -1,10 +1,10 @@
 import { absorb, Block, splitBack, splitFront } from "../block.js";
 import { BlockPool } from "../block-pool.js";
 import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
-import { isDriverOom } from "../errors.js";
+import { isDriverOom, StitchError } from "../errors.js";
 import { lowerBound } from "../lower-bound.js";
 import type { Policy, PolicyInstance } from "../policy.js";
-import { pytorchKnobs } from "../pytorch-knobs.js";
+import { PYTORCH_KNOBS, pytorchKnobs } from "../pytorch-knobs.js";
 import { kLargeBuffer, kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../rounding.js";
 
 export interface ExpandableOptions extends Record<string, unknown> {
@@ -85,8 +85,8 @@ export class ExpandableAllocator implements PolicyInstance {
     this.ctx = ctx;
     ({ maxSplit: this.maxSplit, maxNonSplitRounding: this.maxNonSplitRounding, rp2: this.rp2 } = pytorchKnobs(ctx.settings, o));
     const g = ctx.device.granularity;
-    for (const p of [o.smallPageSize, o.largePageSize]) {
-      if (!(p > 0) || p % g !== 0) throw new Error(`expandable: page size ${p} is not a multiple of the granularity ${g}`);
+    for (const [k, p] of [["smallPageSize", o.smallPageSize], ["largePageSize", o.largePageSize]] as const) {
+      if (p % g !== 0) throw new StitchError("BAD_OPTION", `expandable.${k} ${p} is not a multiple of the device granularity ${g}`);
     }
     this.small = new Pool("small", true, o.smallPageSize);
     this.large = new Pool("large", false, o.largePageSize);
@@ -338,12 +338,10 @@ export class ExpandableAllocator implements PolicyInstance {
 export const expandablePolicy: Policy<ExpandableOptions> = {
   name: "expandable",
   description: "PyTorch's expandable segments (torch 2.11): one growable reserved range per (stream, pool), 2 MiB / 20 MiB pages",
-  defaults: {
-    maxSplitSize: null,
-    maxNonSplitRounding: null,
-    roundupPower2Divisions: null,
-    smallPageSize: kSmallBuffer,
-    largePageSize: kLargeBuffer,
+  knobs: {
+    ...PYTORCH_KNOBS,
+    smallPageSize: { type: "bytes", min: 1, max: 2 ** 40, default: kSmallBuffer, description: "page (handle) size of the small pool's segments; a multiple of the device granularity" },
+    largePageSize: { type: "bytes", min: 1, max: 2 ** 40, default: kLargeBuffer, description: "page (handle) size of the large pool's segments; a multiple of the device granularity" },
   },
   create: (ctx, o) => new ExpandableAllocator(ctx, o),
 };

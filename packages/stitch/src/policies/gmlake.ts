@@ -6,7 +6,7 @@ import { isDriverOom, StitchError } from "../errors.js";
 import type { Policy, PolicyInstance } from "../policy.js";
 import { allocationSize, kSmallSize, roundSize } from "../rounding.js";
 import { CachingAllocator } from "./caching.js";
-import { pytorchKnobs } from "../pytorch-knobs.js";
+import { PYTORCH_KNOBS, pytorchKnobs } from "../pytorch-knobs.js";
 import { PSegment, SBlock, SState } from "./gmlake-blocks.js";
 import { lowerBoundOf } from "../lower-bound.js";
 
@@ -101,22 +101,19 @@ export class GmlakeAllocator implements PolicyInstance {
   constructor(ctx: PolicyContext, o: GmlakeOptions) {
     this.ctx = ctx;
     const g = ctx.device.granularity;
-    const num = (k: keyof GmlakeOptions, ok: (v: number) => boolean, what: string): number => {
-      const v = o[k] as number;
-      if (typeof v !== "number" || !Number.isFinite(v) || !ok(v)) {
-        throw new StitchError("BAD_OPTION", `Expected ${what} for gmlake.${String(k)} but received ${JSON.stringify(v)}`);
-      }
-      return v;
-    };
-    this.C = num("chunkSize", (v) => v > 0 && Number.isSafeInteger(v) && v % g === 0, `a positive multiple of the granularity ${g}`);
+    // the schema (gmlakePolicy.knobs) checked each value; the granularity is the device's
+    if (o.chunkSize % ctx.device.granularity !== 0) {
+      throw new StitchError("BAD_OPTION", `gmlake.chunkSize ${o.chunkSize} is not a multiple of the device granularity ${ctx.device.granularity}`);
+    }
+    this.C = o.chunkSize;
     this.invC = 1 / this.C;
-    this.vmm = num("vmmDefragment", (v) => v === 0 || v === 1, "0 or 1") > 0;
-    this.fragLimit = num("fragLimit", (v) => v >= 0, "a byte count >= 0");
-    this.reuseLimit = num("reuseLimit", (v) => v > 0, "a number > 0");
-    this.defragLevel = num("defragLevel", (v) => Number.isInteger(v) && v >= 0, "an integer >= 0");
-    this.autoGcBytes = num("autoGC", (v) => v >= 0, "GiB >= 0") * GiB;
-    this.reAlloc = num("reAlloc", (v) => v === 0 || v === 1, "0 or 1") > 0;
-    this.access = num("setAccessPerChunk", (v) => v === 0 || v === 1, "0 or 1") > 0 ? "each" : "range";
+    this.vmm = o.vmmDefragment > 0;
+    this.fragLimit = o.fragLimit;
+    this.reuseLimit = o.reuseLimit;
+    this.defragLevel = o.defragLevel;
+    this.autoGcBytes = o.autoGC * GiB;
+    this.reAlloc = o.reAlloc > 0;
+    this.access = o.setAccessPerChunk > 0 ? "each" : "range";
     ({ maxSplit: this.maxSplit, maxNonSplitRounding: this.maxNonSplitRounding, rp2: this.rp2 } = pytorchKnobs(ctx.settings, o));
     this.small = new CachingAllocator(ctx, {
       maxSplitSize: o.maxSplitSize,
@@ -866,18 +863,16 @@ export const gmlakePolicy: Policy<GmlakeOptions> = {
   name: "gmlake",
   description:
     "GMLake (ASPLOS'24) as its PyTorch 2.0 patch: 2 MiB chunk-backed pBlocks, stitched sBlocks of free pBlocks (BestFit's four states), sPool reuse, GC of stitched ranges",
-  defaults: {
-    vmmDefragment: 1,
-    fragLimit: 512 * MiB,
-    reuseLimit: 10,
-    defragLevel: 0,
-    autoGC: 1000,
-    reAlloc: 0,
-    chunkSize: 2 * MiB,
-    setAccessPerChunk: 1,
-    maxSplitSize: null,
-    maxNonSplitRounding: null,
-    roundupPower2Divisions: null,
+  knobs: {
+    vmmDefragment: { type: "integer", min: 0, max: 1, unit: "0/1", default: 1, description: "1 = stitching on; 0 = caching with chunk-backed pBlocks (no stitch, no sPool)" },
+    fragLimit: { type: "bytes", default: 512 * MiB, description: "stitch only requests of at least this many bytes" },
+    reuseLimit: { type: "number", greaterThan: 0, max: 1e6, unit: "x request", default: 10, description: "reuse a free sBlock only if its size <= request x reuseLimit" },
+    defragLevel: { type: "integer", min: 0, max: 4, default: 0, description: "0 = stitch before new memory; 1 = only after a new allocation failed; 2 = only after releasing the cache" },
+    autoGC: { type: "number", min: 0, max: 2 ** 20, unit: "GiB", default: 1000, description: "stitched virtual bytes that trigger a GC of free stitched blocks" },
+    reAlloc: { type: "integer", min: 0, max: 1, unit: "0/1", default: 0, description: "1 = a new allocation creates only the bytes missing from the stream's free pBlocks, then stitches" },
+    chunkSize: { type: "bytes", min: 1, max: 2 ** 40, default: 2 * MiB, description: "bytes of one physical chunk (one cuMemCreate); a multiple of the device granularity" },
+    setAccessPerChunk: { type: "integer", min: 0, max: 1, unit: "0/1", default: 1, description: "1 = one cuMemSetAccess per chunk mapped, as the original does; 0 = one per mapped range" },
+    ...PYTORCH_KNOBS,
   },
   create: (ctx, o) => new GmlakeAllocator(ctx, o),
 };

@@ -5,6 +5,7 @@ import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js
 import { isDriverOom, StitchError } from "../errors.js";
 import type { Policy, PolicyInstance } from "../policy.js";
 import { kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../rounding.js";
+import { PYTORCH_KNOBS } from "../pytorch-knobs.js";
 import { Arena, SmallSegment } from "./vms-arena.js";
 
 export interface VmsOptions extends Record<string, unknown> {
@@ -77,20 +78,16 @@ export class VmsAllocator implements PolicyInstance {
     const rp2 = o.roundupPower2Divisions ?? ctx.settings.roundupPower2Divisions;
     this.rp2 = rp2.some((d) => d > 1) ? rp2 : null;
     this.g = ctx.device.granularity;
+    // the schema (vmsPolicy.knobs) checked each value; the granularity is the device's
     for (const [k, v] of [
       ["maxHandleBytes", o.maxHandleBytes],
       ["minTailHandleBytes", o.minTailHandleBytes],
     ] as const) {
-      if (!(v > 0) || v % this.g !== 0) throw new StitchError("BAD_OPTION", `vms: ${k} ${v} is not a positive multiple of the granularity ${this.g}`);
+      if (v % this.g !== 0) throw new StitchError("BAD_OPTION", `vms.${k} ${v} is not a multiple of the device granularity ${this.g}`);
     }
-    if (!(o.handlesPerRequest >= 1)) throw new StitchError("BAD_OPTION", `vms: handlesPerRequest must be >= 1 but received ${o.handlesPerRequest}`);
-    if (o.donorOrder !== "size" && o.donorOrder !== "hole") throw new StitchError("BAD_OPTION", `vms: donorOrder must be "size" or "hole" but received ${JSON.stringify(o.donorOrder)}`);
     const total = ctx.device.totalBytes;
     const want = o.arenaBytes ?? 2 * total;
     this.arenaBytes = Math.ceil(want / this.g) * this.g;
-    if (!(o.smallSegmentBytes > kSmallSize) || o.smallSegmentBytes % kMinBlockSize !== 0) {
-      throw new StitchError("BAD_OPTION", `vms: smallSegmentBytes ${o.smallSegmentBytes} must be a multiple of 512 above 1 MiB`);
-    }
   }
 
   malloc(size: number, stream: number): Block | null {
@@ -591,17 +588,17 @@ export const vmsPolicy: Policy<VmsOptions> = {
   name: "vms",
   description:
     "Virtual memory stitching by moving free physical handles: one arena per stream, best fit without driver calls, on a miss the window needing fewest new bytes is filled with handles moved out of holes, new handles sized to the gap",
-  defaults: {
-    roundupPower2Divisions: null,
-    smallSegmentBytes: kSmallBuffer,
-    maxHandleBytes: 64 * 1024 * 1024,
-    handlesPerRequest: 1,
-    maxHandlesPerGap: 0,
-    minTailHandleBytes: kSmallBuffer,
-    moveFreePages: true,
-    crossStream: true,
-    donorOrder: "hole",
-    arenaBytes: null,
+  knobs: {
+    roundupPower2Divisions: PYTORCH_KNOBS.roundupPower2Divisions,
+    smallSegmentBytes: { type: "bytes", min: kSmallSize + kMinBlockSize, max: 2 ** 40, multipleOf: kMinBlockSize, default: kSmallBuffer, description: "size of a small-pool segment (requests <= 1 MiB are packed into these)" },
+    maxHandleBytes: { type: "bytes", min: 1, max: 2 ** 40, default: 64 * 2 ** 20, description: "largest physical handle made at once; a multiple of the device granularity" },
+    handlesPerRequest: { type: "number", min: 1, max: 2 ** 20, default: 1, description: "new handles are at most request / handlesPerRequest (and maxHandleBytes)" },
+    maxHandlesPerGap: { type: "integer", min: 0, max: 2 ** 20, default: 0, description: "at most this many new handles per gap (larger than maxHandleBytes when the gap needs it); 0 = no limit" },
+    minTailHandleBytes: { type: "bytes", min: 1, max: 2 ** 40, default: kSmallBuffer, description: "smallest handle made at the arena's open end; a multiple of the device granularity" },
+    moveFreePages: { type: "boolean", default: true, description: "move free handles to where a request needs memory before making new ones" },
+    crossStream: { type: "boolean", default: true, description: "let a block freed on one stream serve another stream (after a sync)" },
+    donorOrder: { type: "choice", choices: ["hole", "size"], default: "hole", description: "which free handles move first: those of the smallest free blocks (hole) or the largest (size)" },
+    arenaBytes: { type: "bytes", min: 1, max: 2 ** 47, default: null, nullMeans: "2 x device memory", description: "virtual bytes reserved per stream arena" },
   },
   create: (ctx, o) => new VmsAllocator(ctx, o),
 };

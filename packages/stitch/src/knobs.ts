@@ -1,0 +1,162 @@
+import { StitchError } from "./errors.js";
+
+/** A knob's value: what a policy's create() receives. */
+export type KnobValue = number | boolean | string | number[] | null;
+
+/**
+ * One knob of a policy, declared once: checked for the library (Allocator, replay), the
+ * CLI (--set, compare) and the benchmarks, and listed by `gmlake policies`.
+ */
+export interface Knob {
+  /**
+   * bytes: an integer byte count (a string with a unit is accepted: "512MiB", "1.5GB");
+   * integer / number: with `unit` saying what it counts; boolean; choice: one of `choices`;
+   * divisions: PyTorch's roundup_power2_divisions (16 non-negative integers).
+   */
+  readonly type: "bytes" | "integer" | "number" | "boolean" | "choice" | "divisions";
+  readonly default: KnobValue;
+  /** One line: what it does. */
+  readonly description: string;
+  /** What an integer or number counts ("GiB", "x request", "0/1"). */
+  readonly unit?: string;
+  /** Inclusive bounds (numbers, byte counts); bytes default to [0, 2^50]. */
+  readonly min?: number;
+  readonly max?: number;
+  /** An exclusive lower bound (a ratio that must be positive), instead of min. */
+  readonly greaterThan?: number;
+  /** The value must be a multiple of this (bytes). */
+  readonly multipleOf?: number;
+  readonly choices?: readonly string[];
+  /** null is accepted and means this (e.g. "the trace's recorded setting"). */
+  readonly nullMeans?: string;
+}
+
+/** Every knob of a policy by name. */
+export type KnobSchema<O> = { readonly [K in keyof O]: Knob };
+
+/** 1 PiB: no device comes near it, and sizes past it would lose integer precision in products. */
+const MAX_BYTES = 2 ** 50;
+
+/**
+ * Size units: binary (KiB, MiB, GiB, TiB) and decimal (kB, MB, GB, TB) mean what they say; a
+ * bare K, M, G or T is refused ("80G" is 80 GiB to some tools and 80 GB to others).
+ */
+export const BYTE_UNITS: Readonly<Record<string, number>> = {
+  b: 1,
+  kb: 1e3,
+  mb: 1e6,
+  gb: 1e9,
+  tb: 1e12,
+  kib: 2 ** 10,
+  mib: 2 ** 20,
+  gib: 2 ** 30,
+  tib: 2 ** 40,
+};
+
+/** "512MiB", "1.5GB", "80 GiB", "1048576" -> bytes (rounded to an integer); null when it is not a size. */
+export function parseByteSize(text: string): number | null {
+  const m = /^\s*(\d+(?:\.\d+)?(?:e\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$/i.exec(text);
+  const unit = m ? BYTE_UNITS[(m[2] || "b").toLowerCase()] : undefined;
+  if (!m || unit === undefined) return null;
+  const bytes = Math.round(Number(m[1]) * unit);
+  return Number.isFinite(bytes) ? bytes : null;
+}
+
+function fmtBytes(n: number): string {
+  for (const [u, v] of [["PiB", 2 ** 50], ["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]] as const) {
+    if (n >= v && n % v === 0) return `${n / v}${u}`;
+  }
+  return `${n}`;
+}
+
+/** A knob value as a command line writes it: byte counts with a unit where exact ("512MiB"). */
+export function formatKnobValue(k: Knob, v: KnobValue): string {
+  if (k.type === "bytes" && typeof v === "number" && v > 0) return fmtBytes(v);
+  return typeof v === "string" ? v : JSON.stringify(v);
+}
+
+/** What a knob accepts, in words (errors and `gmlake policies`). */
+export function describeKnobRange(k: Knob): string {
+  const orNull = k.nullMeans !== undefined ? ` or null (${k.nullMeans})` : "";
+  switch (k.type) {
+    case "boolean":
+      return `true or false${orNull}`;
+    case "choice":
+      return `one of ${(k.choices ?? []).join(", ")}${orNull}`;
+    case "divisions":
+      return `16 non-negative integers, e.g. [1,2,4,...]${orNull}`;
+    case "bytes": {
+      const lo = k.min ?? 0;
+      const hi = k.max ?? MAX_BYTES;
+      const mult = k.multipleOf !== undefined ? `, a multiple of ${fmtBytes(k.multipleOf)}` : "";
+      return `a byte count from ${fmtBytes(lo)} to ${fmtBytes(hi)}${mult} (units allowed: 512MiB, 1.5GB)${orNull}`;
+    }
+    default: {
+      const what = k.type === "integer" ? "an integer" : "a number";
+      const unit = k.unit ? ` (${k.unit})` : "";
+      const lo = k.greaterThan !== undefined ? ` > ${k.greaterThan}` : k.min !== undefined ? ` >= ${k.min}` : "";
+      const range = k.min !== undefined && k.max !== undefined ? ` from ${k.min} to ${k.max}` : lo + (k.max !== undefined ? `${lo ? " and" : ""} <= ${k.max}` : "");
+      return `${what}${range}${unit}${orNull}`;
+    }
+  }
+}
+
+/**
+ * A knob's value checked and converted: the right type, inside the range. Strings are
+ * accepted in the form a command line writes them ("512MiB", "true", "[1,2]", "null"), so
+ * the CLI passes its --set text as is. Throws StitchError BAD_OPTION naming the knob and
+ * what it accepts.
+ */
+export function checkKnob(policy: string, name: string, k: Knob, value: unknown): KnobValue {
+  const bad = (): never => {
+    let shown: string;
+    try {
+      shown = typeof value === "string" ? `'${value}'` : (JSON.stringify(value) ?? String(value));
+    } catch {
+      shown = String(value);
+    }
+    if (shown.length > 60) shown = shown.slice(0, 57) + "...";
+    throw new StitchError("BAD_OPTION", `${policy}.${name} accepts ${describeKnobRange(k)}, not ${shown}`);
+  };
+  let v = value;
+  if (typeof v === "string") {
+    const t = v.trim();
+    if (t === "null") v = null;
+    else if (k.type === "boolean") v = t === "true" ? true : t === "false" ? false : bad();
+    else if (k.type === "bytes") v = parseByteSize(t) ?? bad();
+    else if (k.type === "integer" || k.type === "number") v = /^[-+]?(\d+(\.\d*)?|\.\d+)(e[-+]?\d+)?$/i.test(t) ? Number(t) : bad();
+    else if (k.type === "divisions") {
+      try {
+        v = JSON.parse(t);
+      } catch {
+        bad();
+      }
+    }
+  }
+  if (v === null) return k.nullMeans !== undefined ? null : bad();
+  switch (k.type) {
+    case "boolean":
+      return typeof v === "boolean" ? v : bad();
+    case "choice":
+      return typeof v === "string" && (k.choices ?? []).includes(v) ? v : bad();
+    case "divisions":
+      return Array.isArray(v) && v.length === 16 && v.every((x) => Number.isSafeInteger(x) && x >= 0 && x <= 2 ** 20) ? [...(v as number[])] : bad();
+    default: {
+      if (typeof v !== "number" || !Number.isFinite(v)) return bad();
+      const integral = k.type !== "number";
+      if (integral && !Number.isSafeInteger(v)) return bad();
+      const lo = k.min ?? (k.type === "bytes" ? 0 : -Number.MAX_SAFE_INTEGER);
+      const hi = k.max ?? (k.type === "bytes" ? MAX_BYTES : Number.MAX_SAFE_INTEGER);
+      if (v < lo || v > hi || (k.greaterThan !== undefined && !(v > k.greaterThan))) return bad();
+      if (k.multipleOf !== undefined && v % k.multipleOf !== 0) return bad();
+      return v;
+    }
+  }
+}
+
+/** Every knob's default (what create() gets when nothing is set). */
+export function knobDefaults<O>(knobs: KnobSchema<O>): O {
+  const out: Record<string, KnobValue> = {};
+  for (const [name, k] of Object.entries(knobs) as [string, Knob][]) out[name] = Array.isArray(k.default) ? [...k.default] : k.default;
+  return out as O;
+}
