@@ -1,7 +1,15 @@
 import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({
+  resolve: {
+    // examples/my-policy imports the package by name, as a user's package does: here, its source
+    alias: {
+      "@gmlake/stitch/policy": fileURLToPath(new URL("./src/policy-kit.ts", import.meta.url)),
+      "@gmlake/stitch/testing": fileURLToPath(new URL("./src/testing.ts", import.meta.url)),
+    },
+  },
   test: {
     include: ["test/**/*.test.ts"],
     testTimeout: 60_000,

@@ -9,7 +9,7 @@ import { cpus, hostname } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { OutputError, terminalSafe, writeStdout } from "@gmlake/output";
-import { listPolicies, optionsForPolicies } from "@gmlake/stitch";
+import { listPolicies, loadPolicyModules, optionsForPolicies, resolvePolicyModule } from "@gmlake/stitch";
 import { probeCuda } from "@gmlake/vmm";
 import { defaultTraceDir, findTraces, traceLabel } from "./find-traces.js";
 import { recordedFigures, type Recorded } from "./recorded.js";
@@ -21,8 +21,8 @@ import { runTask, type Task, type TaskResult } from "./task.js";
 
 const HELP = `Usage: gmlake-bench [--traces DIR] [--policies a,b] [--drivers auto|sim,cuda,host]
                     [--capacity-factor 1.02] [--integrity on|full|off] [--workers N] [--cpu-workers N]
-                    [--only NAME,...] [--set KNOB=VALUE ...] [--no-warmup] [--shard I/N]
-                    [--out DIR] [--force]
+                    [--only NAME,...] [--set KNOB=VALUE ...] [--policy-module PATH|PACKAGE ...]
+                    [--no-warmup] [--shard I/N] [--out DIR] [--force]
        gmlake-bench merge DIR... --out DIR [--force]
 
 Replays every trace in DIR (default ../shared/traces, sub-folders included) with every
@@ -31,6 +31,8 @@ policy on each driver, and writes DIR_OUT/results.json, summary.md and <trace>.s
 sim run per trace x policy under a capacity of F x the trace's peak requested bytes.
 Before its first cuda task a worker makes a few driver calls of each kind, untimed, so
 that the driver's lazy first-use cost does not land on the first trace (--no-warmup).
+--policy-module loads a module whose default export is a policy or a list of them (a
+file or an installed package; repeatable): its policies run beside the built-ins.
 --set KNOB=VALUE goes to every policy that has the knob (checked before any run: a knob
 none of them has, or a bad value, exits 2; 'gmlake policies' lists the knobs).
 --shard I/N runs only tasks I, I+N, I+2N ... of the sweep (0-based I: a Slurm array
@@ -54,6 +56,8 @@ interface Args {
   warmUp: boolean;
   shard: Shard | null;
   force: boolean;
+  /** Absolute paths of --policy-module (each worker loads them too). */
+  policyModules: string[];
   /** Each policy's checked knob values (--set). */
   options: Map<string, Record<string, unknown>>;
 }
@@ -63,7 +67,7 @@ function fail(msg: string, code = 2): never {
   process.exit(code);
 }
 
-function parse(argv: string[]): Args {
+async function parse(argv: string[]): Promise<Args> {
   let v;
   try {
     v = parseArgs({
@@ -80,6 +84,7 @@ function parse(argv: string[]): Args {
         only: { type: "string" },
         out: { type: "string" },
         set: { type: "string", multiple: true },
+        "policy-module": { type: "string", multiple: true },
         shard: { type: "string" },
         force: { type: "boolean", short: "f" },
         help: { type: "boolean", short: "h" },
@@ -91,6 +96,13 @@ function parse(argv: string[]): Args {
   if (v.help) {
     writeStdout(HELP + "\n");
     process.exit(0);
+  }
+  let policyModules: string[] = [];
+  try {
+    policyModules = (v["policy-module"] ?? []).map((m) => resolvePolicyModule(m));
+    await loadPolicyModules(policyModules);
+  } catch (e) {
+    fail(`--policy-module: ${(e as Error).message.split("\n")[0]}`);
   }
   const registered = listPolicies().map((p) => p.name);
   const policies = v.policies ? v.policies.split(",").map((s) => s.trim()) : registered;
@@ -139,6 +151,7 @@ function parse(argv: string[]): Args {
     out: v.out ?? "bench-results",
     warmUp: !v["no-warmup"],
     force: Boolean(v.force),
+    policyModules,
     options,
   };
 }
@@ -183,7 +196,7 @@ async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   if (argv[0] === "--worker") return worker();
   if (argv[0] === "merge") return mergeCommand(argv.slice(1));
-  const a = parse(argv);
+  const a = await parse(argv);
   let files: string[];
   try {
     files = findTraces(a.traceDir);
@@ -207,11 +220,11 @@ async function main(): Promise<void> {
     const rec = recorded.find((r) => r.trace === t.trace)!;
     for (const driver of a.drivers)
       for (const policy of a.policies)
-        tasks.push({ id: tasks.length, ...t, policy, options: a.options.get(policy), driver, integrity: a.integrity, timeline: driver === "sim", warmUp: a.warmUp });
+        tasks.push({ id: tasks.length, ...t, policy, policyModules: a.policyModules, options: a.options.get(policy), driver, integrity: a.integrity, timeline: driver === "sim", warmUp: a.warmUp });
     if (a.capacityFactor !== null) {
       const capacity = Math.ceil(rec.peakRequestedBytes * a.capacityFactor);
       for (const policy of a.policies)
-        tasks.push({ id: tasks.length, ...t, policy, options: a.options.get(policy), driver: "sim", capacity, capacityNote: `${a.capacityFactor}x peak requested`, integrity: false });
+        tasks.push({ id: tasks.length, ...t, policy, policyModules: a.policyModules, options: a.options.get(policy), driver: "sim", capacity, capacityNote: `${a.capacityFactor}x peak requested`, integrity: false });
     }
   }
 

@@ -1,5 +1,5 @@
 import { H200_BYTES, createDriver, warmUpDriver, type VmmDriver } from "@gmlake/vmm";
-import { privatePoolTags, replay, replayRow, type ReplayRow } from "@gmlake/stitch";
+import { loadPolicyModules, privatePoolTags, replay, replayRow, type ReplayRow } from "@gmlake/stitch";
 import { readSnapshot, type Snapshot } from "@gmlake/torch-trace";
 import { sampleTimeline } from "@gmlake/trace";
 import { DeviceAccounting } from "./device-accounting.js";
@@ -9,6 +9,8 @@ export interface Task {
   trace: string;
   path: string;
   policy: string;
+  /** Policy modules to load first (absolute paths; a worker loads each once). */
+  policyModules?: string[];
   /** The policy's knob values (checked by the parent: optionsForPolicies). */
   options?: Record<string, unknown>;
   driver: "cuda" | "sim" | "host";
@@ -67,6 +69,7 @@ export function loadSnapshot(path: string): Promise<Snapshot> {
 }
 
 export async function runTask(task: Task): Promise<TaskResult> {
+  if (task.policyModules?.length) await loadPolicyModules(task.policyModules); // registered once per process
   const s = await loadSnapshot(task.path);
   const ev = s.events;
   const durationUs = ev.length ? ev.timeUs[ev.length - 1] - ev.timeUs[0] : 0;

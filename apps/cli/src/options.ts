@@ -1,5 +1,5 @@
 import { H200_BYTES, createDriver, defaultHostCapacity, type VmmDriver } from "@gmlake/vmm";
-import { getPolicy, listPolicies } from "@gmlake/stitch";
+import { getPolicy, listPolicies, loadPolicyModules } from "@gmlake/stitch";
 import { UsageError } from "./cli-error.js";
 import { formatBytes, parseSize } from "./sizes.js";
 
@@ -72,6 +72,23 @@ export function parseSets(values: unknown): Record<string, string> {
   return out;
 }
 
+/**
+ * `--policy-module PATH|PACKAGE` (repeatable): load each module and register the policies
+ * it exports by default; returns their names. A module that cannot be loaded, exports no
+ * policy, or clashes with a registered name is bad input (exit 2).
+ */
+export async function usePolicyModules(values: unknown): Promise<string[]> {
+  const specs = values === undefined ? [] : (Array.isArray(values) ? values : [values]).map(String);
+  if (specs.length === 0) return [];
+  try {
+    return await loadPolicyModules(specs);
+  } catch (e) {
+    throw new UsageError(`--policy-module: ${(e as Error).message.split("\n")[0]}`);
+  }
+}
+
+/** The option every command that takes a policy has. */
+export const POLICY_MODULE_OPTION = { "policy-module": { type: "string", multiple: true } } as const;
 
 /** Stitch's own errors about options (unknown knob, wrong type) are usage errors. */
 export function asUsage<T>(f: () => T): T {

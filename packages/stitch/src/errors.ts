@@ -7,7 +7,11 @@ export type StitchErrorCode =
   | "INVARIANT"
   | "BAD_TRACE"
   /** A call on an Allocator after its close(). */
-  | "CLOSED";
+  | "CLOSED"
+  /** A policy broke the contract of @gmlake/stitch/testing. */
+  | "CONTRACT"
+  /** A --policy-module that cannot be loaded or exports no policy. */
+  | "BAD_MODULE";
 
 /** Every error this package throws on bad input or a broken invariant: one line, with a `code`. */
 export class StitchError extends Error {

@@ -16,6 +16,7 @@ export {
   resolveOptions,
   policyDefaults,
   optionsForPolicies,
+  POLICY_REGISTRY_VERSION,
   type Policy,
   type PolicyInstance,
   type PolicyOptions,
@@ -28,6 +29,7 @@ export { ExpandableAllocator, expandablePolicy, type ExpandableOptions } from ".
 export { VmsAllocator, vmsPolicy, type VmsOptions } from "./policies/vms.js";
 export { GmlakeAllocator, gmlakePolicy, type GmlakeOptions } from "./policies/gmlake.js";
 export { BUILTIN_POLICIES } from "./policies/builtin.js";
+export { loadPolicyModule, loadPolicyModules, resolvePolicyModule } from "./policy-module.js";
 export { replay, type ReplayOptions, type ReplayResult, type ReplayProbe, type OomReport } from "./replay.js";
 export { replayRow, type ReplayRow } from "./replay-row.js";
 export { verify, type VerifyOptions, type VerifyResult, type SnapshotLike, type SegmentEvent } from "./verify.js";

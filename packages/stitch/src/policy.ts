@@ -44,34 +44,70 @@ export interface Policy<O extends PolicyOptions = PolicyOptions> {
   create(context: PolicyContext, options: O): PolicyInstance;
 }
 
-const registry = new Map<string, Policy>(BUILTIN_POLICIES.map((p) => [p.name, p]));
+/**
+ * One registry per process, even when two copies of this package are installed (a policy
+ * package that resolved its own @gmlake/stitch beside the CLI's): the map lives on
+ * globalThis under a Symbol.for key that every copy computes alike, with a version of its
+ * shape. The first copy loaded creates it with its built-in policies; later copies use it,
+ * or refuse (StitchError BAD_ARGUMENT, naming both versions) when their version differs.
+ */
+const REGISTRY_KEY = Symbol.for("@gmlake/stitch/policy-registry");
+/** The registry's shape (the Policy interface as the engine calls it); bumped when that changes. */
+export const POLICY_REGISTRY_VERSION = 2;
 
-/** Add a policy to the registry (a user's own policy in its own package calls this once). */
-export function registerPolicy<O extends PolicyOptions>(policy: Policy<O>, options: { replace?: boolean } = {}): void {
+interface SharedRegistry {
+  readonly version: number;
+  readonly policies: Map<string, Policy>;
+}
+
+function theRegistry(): Map<string, Policy> {
+  const g = globalThis as { [REGISTRY_KEY]?: SharedRegistry };
+  let r = g[REGISTRY_KEY];
+  if (r === undefined) {
+    r = { version: POLICY_REGISTRY_VERSION, policies: new Map(BUILTIN_POLICIES.map((p) => [p.name, p])) };
+    Object.defineProperty(globalThis, REGISTRY_KEY, { value: r, enumerable: false });
+  } else if (r.version !== POLICY_REGISTRY_VERSION) {
+    throw new StitchError(
+      "BAD_ARGUMENT",
+      `two copies of @gmlake/stitch with different policy registries (version ${r.version} and ${POLICY_REGISTRY_VERSION}) are loaded in this process; install one version (e.g. pnpm dedupe)`,
+    );
+  }
+  return r.policies;
+}
+
+/**
+ * Add a policy to the registry (a user's own policy in its own package calls this once, at
+ * import); returns the policy (`export default registerPolicy({...})`). The same object
+ * again changes nothing; another policy of a registered name needs `replace`.
+ */
+export function registerPolicy<O extends PolicyOptions>(policy: Policy<O>, options: { replace?: boolean } = {}): Policy<O> {
   if (typeof policy?.name !== "string" || !/^[a-z][a-z0-9_-]*$/.test(policy.name)) {
     throw new StitchError("BAD_ARGUMENT", `Expected a policy name of lowercase letters, digits, - or _ but received ${String(policy?.name)}`);
   }
   if (typeof policy.create !== "function") throw new StitchError("BAD_ARGUMENT", `policy ${policy.name} has no create()`);
   checkSchema(policy as unknown as Policy);
-  if (registry.has(policy.name) && !options.replace) {
+  const registry = theRegistry();
+  if (registry.has(policy.name) && registry.get(policy.name) !== (policy as unknown as Policy) && !options.replace) {
     throw new StitchError("DUPLICATE_POLICY", `a policy named ${policy.name} is already registered`);
   }
   registry.set(policy.name, policy as unknown as Policy);
+  return policy;
 }
 
 /** Remove a policy (tests, or a user replacing a built-in); returns whether it was there. */
 export function unregisterPolicy(name: string): boolean {
-  return registry.delete(name);
+  return theRegistry().delete(name);
 }
 
 export function getPolicy(name: string): Policy {
+  const registry = theRegistry();
   const p = registry.get(name);
   if (!p) throw new StitchError("UNKNOWN_POLICY", `unknown policy ${name}; registered: ${[...registry.keys()].join(", ")}`);
   return p;
 }
 
 export function listPolicies(): Policy[] {
-  return [...registry.values()];
+  return [...theRegistry().values()];
 }
 
 /** A policy's knobs are well declared: each has a type and a description, and its default passes its own check. */

@@ -6,7 +6,7 @@ import type { Command } from "../command.js";
 import { parseBudget, type DeviceBudget } from "../device-budget.js";
 import { advice, fitVerdict, maxSplitVerdicts, type FitVerdict } from "../fit-verdict.js";
 import { loadTrace, nameOf } from "../load-trace.js";
-import { parseDriver, parsePolicies, parseSets } from "../options.js";
+import { parseDriver, parsePolicies, parseSets, POLICY_MODULE_OPTION, usePolicyModules } from "../options.js";
 import { DEFAULT_POLICIES, defaultPolicies, knobsFor } from "../policy-knobs.js";
 import { memoryAnswers } from "../memory-answers.js";
 import { plotOf, printJson, printText, traceInputs } from "../outputs.js";
@@ -100,11 +100,13 @@ export const compareCommand: Command = {
     plot: { type: "string" },
     report: { type: "string" },
     force: { type: "boolean", short: "f" },
+    ...POLICY_MODULE_OPTION,
   },
   help: `Usage: gmlake compare [trace...] [--policies caching,expandable,gmlake,vms]
                       [--capacity 80GiB] [--reserve 1GiB] [--no-fit]
                       [--driver sim|host|cuda|auto] [--set key=value ...]
                       [--json | --markdown] [--verbose] [--plot DIR] [--report DIR] [--force]
+                      [--policy-module PATH|PACKAGE ...]
 
 Replays each trace with each policy, next to what PyTorch itself recorded in it, and
 prints per trace x policy: peak reserved, waste (peak reserved - peak requested, the bytes
@@ -117,7 +119,10 @@ with max_split_size_mb 64, 256 or 1024, searched too), and what only our live al
 gives. Without a trace: the embedded default.
 
 Options:
-  --policies, -p  comma-separated policy names (default: ${DEFAULT_POLICIES.join(",")}, those registered)
+  --policies, -p  comma-separated policy names (default: ${DEFAULT_POLICIES.join(",")}, those registered,
+                  and the policies of --policy-module)
+  --policy-module PATH|PACKAGE  a module whose default export is a policy or a list of
+                  them (a file or an installed package; repeatable)
   --capacity, -c  the GPU's memory (80GiB = 80 x 2^30 bytes, 80GB = 80 x 10^9; a bare
                   80G is refused as ambiguous). Replays run under capacity - reserve;
                   one that runs out of memory is marked OOM, its figures not compared.
@@ -144,10 +149,12 @@ Examples:
   gmlake compare
   gmlake compare my_job.pickle.gz --capacity 80GiB --reserve 2GiB
   gmlake compare ../shared/traces/*.pickle.gz --markdown --plot plots/
-  gmlake compare my_job.pickle.gz --capacity 80GiB --report report/`,
+  gmlake compare my_job.pickle.gz --capacity 80GiB --report report/
+  gmlake compare --policy-module ./my-policy.js`,
   async run(values, positionals) {
     if (values.json && values.markdown) throw new UsageError("choose one of --json and --markdown");
-    const policies = parsePolicies(values.policies, defaultPolicies());
+    const added = await usePolicyModules(values["policy-module"]);
+    const policies = parsePolicies(values.policies, [...defaultPolicies(), ...added.filter((p) => !DEFAULT_POLICIES.includes(p))]);
     const driver = parseDriver(values.driver);
     const budget = parseBudget(values);
     const search = !values["no-fit"];

@@ -1,6 +1,6 @@
 import { describeKnobRange, formatKnobValue, listPolicies, type Knob } from "@gmlake/stitch";
 import type { Command } from "../command.js";
-import { checkPolicy } from "../options.js";
+import { checkPolicy, POLICY_MODULE_OPTION, usePolicyModules } from "../options.js";
 
 export interface PoliciesJson {
   policies: {
@@ -14,8 +14,8 @@ export const policiesCommand: Command = {
   name: "policies",
   summary: "list the allocator policies and their knobs (type, default, what each accepts)",
   positionals: "optional-many",
-  options: { json: { type: "boolean" } },
-  help: `Usage: gmlake policies [name...] [--json]
+  options: { json: { type: "boolean" }, ...POLICY_MODULE_OPTION },
+  help: `Usage: gmlake policies [name...] [--json] [--policy-module PATH|PACKAGE ...]
 
 Lists the registered allocator policies (the built-ins and those of --policy-module) and
 every knob each one takes with --set: its type, default, the values it accepts and what
@@ -29,6 +29,7 @@ Examples:
   gmlake policies
   gmlake policies gmlake vms`,
   async run(values, positionals) {
+    await usePolicyModules(values["policy-module"]);
     const names = positionals.length ? positionals.map(checkPolicy) : null;
     const list = listPolicies().filter((p) => names === null || names.includes(p.name));
     const out: PoliciesJson = {

@@ -5,7 +5,7 @@ import { EXPORT_FORMATS, printJson, printText, traceInputs, writeExport, writePl
 import { loadTrace } from "../load-trace.js";
 import { capacityLabel } from "./compare.js";
 import { parseBudget } from "../device-budget.js";
-import { checkPolicy, parseDriver, parseSets } from "../options.js";
+import { checkPolicy, parseDriver, parseSets, POLICY_MODULE_OPTION, usePolicyModules } from "../options.js";
 import { knobsFor } from "../policy-knobs.js";
 import { runReplay, type ReplayRow } from "../run-replay.js";
 import { formatBytes } from "../sizes.js";
@@ -26,10 +26,12 @@ export const replayCommand: Command = {
     integrity: { type: "string" },
     invariants: { type: "boolean" },
     force: { type: "boolean", short: "f" },
+    ...POLICY_MODULE_OPTION,
   },
   help: `Usage: gmlake replay [trace] --policy <name> [--driver sim|host|cuda|auto]
                      [--capacity 80GiB] [--set key=value ...] [--json]
                      [--plot FILE.svg] [--export memory-viz|perfetto|rmm-csv FILE] [--force]
+                     [--policy-module PATH|PACKAGE ...]
 
 Replays the trace's allocations and frees (memory returns at free_completed, as in
 PyTorch) through an allocator policy on a driver, and reports peak requested, peak
@@ -38,6 +40,9 @@ it made (counted and timed: modelled with H200 costs on sim, measured on host an
 
 Options:
   --policy, -p   caching | expandable | gmlake | vms | a registered policy (default caching)
+  --policy-module PATH|PACKAGE  a module whose default export is a policy or a list of
+                 them (a file or an installed package; repeatable); its policies are
+                 then usable by name; alone it selects the module's first policy
   --driver, -d   sim (default: no memory, H200 cost model), host (real stitching of host
                  memory), cuda (the GPU), auto (cuda when present, else host)
   --capacity     the GPU's memory (80GiB = 80 x 2^30 bytes, 80GB = 80 x 10^9, or bytes;
@@ -68,7 +73,8 @@ Examples:
   gmlake replay trace.pickle.gz -p vms --capacity 12GiB --export memory-viz vms.pickle`,
   async run(values, positionals) {
     if (positionals.length > 1) throw new UsageError("replay takes one trace (use compare for several)");
-    const policy = checkPolicy(String(values.policy ?? "caching"));
+    const added = await usePolicyModules(values["policy-module"]);
+    const policy = checkPolicy(String(values.policy ?? added[0] ?? "caching"));
     const driver = parseDriver(values.driver);
     const budget = parseBudget(values);
     const capacity = budget.allocatorBytes ?? undefined;

@@ -2,7 +2,7 @@ import { verify, type VerifyResult } from "@gmlake/stitch";
 import { EXIT_MISMATCH } from "../cli-error.js";
 import type { Command } from "../command.js";
 import { loadTrace } from "../load-trace.js";
-import { asUsage, checkPolicy } from "../options.js";
+import { asUsage, checkPolicy, POLICY_MODULE_OPTION, usePolicyModules } from "../options.js";
 import { formatBytes } from "../sizes.js";
 import { printJson, printText } from "../outputs.js";
 
@@ -26,7 +26,7 @@ export const verifyCommand: Command = {
   name: "verify",
   summary: "check that our model of PyTorch's allocator makes the decisions PyTorch recorded",
   positionals: "optional-many",
-  options: { json: { type: "boolean" }, policy: { type: "string", short: "p" }, free: { type: "boolean" } },
+  options: { json: { type: "boolean" }, policy: { type: "string", short: "p" }, free: { type: "boolean" }, ...POLICY_MODULE_OPTION },
   help: `Usage: gmlake verify [trace...] [--json] [--policy caching|expandable] [--free]
 
 Replays each trace with the model of the allocator that recorded it (expandable when
@@ -46,6 +46,7 @@ Options:
              compared as (segment, offset), and the verdict is the segment decisions
              and peak reserved (decisionsMatch); allocations whose place differs are
              reported
+  --policy-module PATH|PACKAGE  load a policy module first (a model of your own to verify)
 
 Exit status: 0 when every trace matches, 1 when one does not (as diff: a CI job can
 gate on it), 2 on bad input.
@@ -54,6 +55,7 @@ Example:
   gmlake verify ../shared/traces/gpt2_ft.pickle.gz ../shared/traces/gpt2_ft_expandable.pickle.gz`,
   async run(values, positionals) {
     const paths = positionals.length ? positionals : [undefined];
+    await usePolicyModules(values["policy-module"]);
     const policy = values.policy === undefined ? undefined : checkPolicy(String(values.policy));
     let mismatches = 0;
     for (const p of paths) {
