@@ -134,8 +134,8 @@ describe("knobs", () => {
   });
 
   it("a bad knob is a clear error at start", () => {
-    expect(() => new LiveAllocator({ policy: "vms", driver: "sim", knobs: { maxHandleBytes: "lots" } })).toThrow(/Expected a number/);
-    expect(() => new LiveAllocator({ policy: "vms", driver: "sim", knobs: { nope: 1 } })).toThrow(/has no option nope/);
+    expect(() => new LiveAllocator({ policy: "vms", driver: "sim", knobs: { maxHandleBytes: "lots" } })).toThrow(/vms\.maxHandleBytes accepts a byte count/);
+    expect(() => new LiveAllocator({ policy: "vms", driver: "sim", knobs: { nope: 1 } })).toThrow(/has no knob nope/);
     expect(() => new LiveAllocator({ policy: "nope", driver: "sim" })).toThrow(/nope/);
   });
 });
