@@ -32,6 +32,8 @@ export class AllocatorContext {
   nowUs = 0;
   /** Set by retried() during a malloc; the engine counts one retry per malloc. */
   retriedNow = false;
+  /** The device was synchronized during this engine call (nothing new is queued while the engine runs). */
+  private fenced = false;
   readonly deviceFacts: DeviceFacts;
   /** What the policy gets. */
   readonly policyView: PolicyContext;
@@ -97,8 +99,27 @@ export class AllocatorContext {
     return addr;
   }
 
+  /** A new engine call begins (malloc, free, empty_cache, close): kernels may have been queued since the last. */
+  beginCall(): void {
+    this.fenced = false;
+  }
+
+  /**
+   * Kernels that used memory may still run when its free reaches the allocator, and
+   * cuMemUnmap / cuMemFree do not wait for them: before the first unmap or free of an
+   * engine call the device is synchronized (cuCtxSynchronize; counted, and bookkeeping on
+   * sim and host), as PyTorch synchronizes before it unmaps.
+   */
+  fence(): void {
+    if (this.fenced) return;
+    this.fenced = true;
+    this.driver.ctxSynchronize();
+    this.stats.numSyncs++;
+  }
+
   /** cudaFree a segment made by segmentAlloc. Records segment_free. */
   segmentFree(addr: number, size: number, stream: number): void {
+    this.fence();
     this.driver.memFree(addr);
     this.plainSegments.delete(addr);
     this.plainBytes -= size;
@@ -190,6 +211,7 @@ export class AllocatorContext {
 
   /** Unmap chunks mapped by mapChunks. Records unmap (aux = chunks). */
   unmapChunks(addr: number, chunks: readonly Chunk[], stream = 0): number {
+    this.fence();
     const bytes = this.chunks.unmapRun(addr, chunks);
     this.record(EventKind.unmap, addr, bytes, stream, chunks.length);
     return bytes;

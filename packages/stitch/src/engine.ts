@@ -1,5 +1,5 @@
 import { ChunkPool } from "@gmlake/chunk-pool";
-import type { VmmDriver } from "@gmlake/vmm";
+import type { EventHandle, VmmDriver } from "@gmlake/vmm";
 import { DEFAULT_ALLOCATOR_SETTINGS, EventKind, EventLog, type AllocatorSettings } from "@gmlake/trace";
 import type { Block } from "./block.js";
 import { AllocatorContext } from "./context.js";
@@ -35,11 +35,27 @@ export interface CloseReport {
   readonly liveRequestedBytes: number;
 }
 
+/** A free waiting for the other streams its block was used on (recordStream). */
+interface DeferredFree {
+  readonly block: Block;
+  readonly events: EventHandle[];
+}
+
 /**
  * The allocator engine: one policy instance on one driver, plus the books every policy
- * shares: statistics, deferred frees, the recorder, invariant and integrity checks.
- * malloc -> policy.malloc; free is two-phase as in PyTorch (free_requested, then
- * free_completed once the streams that used the block are done).
+ * shares: statistics, deferred frees, the recorder, invariant and integrity checks, and
+ * stream safety. malloc -> policy.malloc; free is two-phase as in PyTorch (free_requested,
+ * then free_completed once the streams that used the block are done).
+ *
+ * Live use (a PyTorch allocator on the cuda driver with real streams): malloc(size,
+ * stream), recordStream(block, stream), free(block), emptyCache(), stats, close(). The
+ * engine keeps streams safe: a block freed on stream A is reused on A at once (stream
+ * order); handed to another stream B only by a policy that declares crossStreamReuse,
+ * after B waits on an event recorded on A; a block used on other streams (recordStream) is
+ * freed once events recorded there at its free have completed (polled at each call); no
+ * memory is unmapped or freed before the kernels that used it are done (one device
+ * synchronization per engine call that unmaps or frees). Out of memory: the policy's own
+ * release-and-retry, then the deferred frees are waited for and the malloc retried once.
  */
 export class Allocator {
   readonly policy: Policy;
@@ -59,6 +75,13 @@ export class Allocator {
    */
   private readonly live: Block[] = [];
   private closed = false;
+  /** The policy may serve a block of one stream to another (Policy.streams.crossStreamReuse). */
+  readonly crossStreamReuse: boolean;
+  /** Other streams each live block was used on (recordStream). */
+  private readonly usedOn = new Map<Block, number[]>();
+  private readonly deferred: DeferredFree[] = [];
+  /** One event per stream, re-recorded at each cross-stream reuse. */
+  private readonly streamEvents = new Map<number, EventHandle>();
 
   constructor(policy: Policy | string, driver: VmmDriver, opts: AllocatorOptions = {}) {
     this.policy = typeof policy === "string" ? getPolicy(policy) : policy;
@@ -69,6 +92,8 @@ export class Allocator {
     const chunks = new ChunkPool(driver, opts.chunkSizes ? { chunkSizes: opts.chunkSizes } : {});
     this.ctx = new AllocatorContext(driver, chunks, opts.settings ?? DEFAULT_ALLOCATOR_SETTINGS, this.stats, this.recorder, opts.device ?? 0);
     this.instance = this.policy.create(this.ctx.policyView, options);
+    const x = this.policy.streams?.crossStreamReuse;
+    this.crossStreamReuse = typeof x === "function" ? Boolean(x(options)) : Boolean(x);
     const ci = opts.checkInvariants ?? false;
     this.invariants = ci === false ? null : new InvariantChecker(this, ci === true ? 4096 : ci);
     this.integrity = opts.integrity ? new IntegrityChecker(driver, opts.integrity === "full") : null;
@@ -85,10 +110,18 @@ export class Allocator {
       throw new StitchError("BAD_ARGUMENT", `Expected a stream (an integer) but received ${stream}`);
     }
     const ctx = this.ctx;
+    ctx.beginCall();
+    if (this.deferred.length > 0) this.completeDeferred(false);
     ctx.retriedNow = false;
-    const b = this.instance.malloc(size, stream);
+    let b = this.instance.malloc(size, stream);
+    if (b === null && this.deferred.length > 0) {
+      // what PyTorch's release_cached_blocks does first: wait for the frees pending on events
+      this.completeDeferred(true);
+      b = this.instance.malloc(size, stream);
+    }
     const st = this.stats;
     if (ctx.retriedNow) st.numAllocRetries++;
+    if (b !== null && b.stream !== stream) this.crossStream(b, stream);
     if (b === null) {
       st.numOoms++;
       this.ctx.record(EventKind.oom, 0, size, stream);
@@ -111,6 +144,68 @@ export class Allocator {
     if (this.invariants !== null) this.invariants.onMalloc(b);
     if (this.integrity !== null) this.integrity.stamp(b);
     return b;
+  }
+
+  /** A block of stream `b.stream` served on `stream`: `stream` first waits for the work queued on the block's stream. */
+  private crossStream(b: Block, stream: number): void {
+    if (!this.crossStreamReuse) {
+      throw new StitchError(
+        "INVARIANT",
+        `policy ${this.policy.name} served a block of stream ${b.stream} to a malloc on stream ${stream} without declaring streams.crossStreamReuse`,
+      );
+    }
+    const d = this.ctx.driver;
+    let e = this.streamEvents.get(b.stream);
+    if (e === undefined) {
+      e = d.eventCreate();
+      this.streamEvents.set(b.stream, e);
+    }
+    // recorded now, it covers every kernel queued on the old stream before the block's free
+    d.eventRecord(e, b.stream);
+    d.streamWaitEvent(stream, e);
+    this.stats.numCrossStreamReuses++;
+  }
+
+  /**
+   * record_stream: the live block is used on `stream` too (besides its own). Its free() is
+   * then deferred until the work queued on those streams at the free is done.
+   */
+  recordStream(b: Block, stream: number): void {
+    this.checkFree(b, "recordStream");
+    if (!Number.isSafeInteger(stream)) throw new StitchError("BAD_ARGUMENT", `Expected a stream (an integer) but received ${stream}`);
+    if (stream === b.stream) return;
+    const list = this.usedOn.get(b);
+    if (list === undefined) this.usedOn.set(b, [stream]);
+    else if (!list.includes(stream)) list.push(stream);
+  }
+
+  /** Frees pending on events: free_completed for those whose events are done (for all of them when `wait`). */
+  private completeDeferred(wait: boolean): void {
+    const d = this.ctx.driver;
+    let keep = 0;
+    for (let i = 0; i < this.deferred.length; i++) {
+      const p = this.deferred[i]!;
+      let done = true;
+      for (const e of p.events) {
+        if (wait) d.eventSynchronize(e);
+        else if (!d.eventQuery(e)) {
+          done = false;
+          break;
+        }
+      }
+      if (!done) {
+        this.deferred[keep++] = p;
+        continue;
+      }
+      for (const e of p.events) d.eventDestroy(e);
+      this.completeFree(p.block);
+    }
+    this.deferred.length = keep;
+  }
+
+  /** Frees still waiting for other streams (recordStream). */
+  get deferredFrees(): number {
+    return this.deferred.length;
   }
 
   /** Allocate or throw OutOfMemoryError. */
@@ -161,6 +256,11 @@ export class Allocator {
 
   /** free_completed: the memory goes back to the policy. */
   freeCompleted(b: Block): void {
+    this.ctx.beginCall();
+    this.completeFree(b);
+  }
+
+  private completeFree(b: Block): void {
     this.checkFree(b, "free_completed");
     if (!b.pendingFree) {
       throw new StitchError("BAD_ARGUMENT", `block at 0x${b.addr.toString(16)} has no free_requested before free_completed`);
@@ -177,15 +277,34 @@ export class Allocator {
     this.instance.free(b);
   }
 
-  /** Both phases at once (a free not used on other streams). */
+  /**
+   * The program's free: both phases at once, or, for a block used on other streams
+   * (recordStream), free_requested now and free_completed once an event recorded on each
+   * of those streams has completed.
+   */
   free(b: Block): void {
     this.freeRequested(b); // checks everything freeCompleted would: a refused free changes nothing
-    this.freeCompleted(b);
+    const streams = this.usedOn.get(b);
+    if (streams === undefined) {
+      this.freeCompleted(b);
+      return;
+    }
+    this.usedOn.delete(b);
+    const d = this.ctx.driver;
+    const events = streams.map((s) => {
+      const e = d.eventCreate();
+      d.eventRecord(e, s);
+      return e;
+    });
+    this.deferred.push({ block: b, events });
+    this.stats.numDeferredFrees++;
   }
 
   /** torch.cuda.empty_cache(). */
   emptyCache(): void {
     if (this.closed) throw new StitchError("CLOSED", "emptyCache after close()");
+    this.ctx.beginCall();
+    if (this.deferred.length > 0) this.completeDeferred(true);
     this.ctx.record(EventKind.emptyCache, 0, 0, 0);
     this.instance.emptyCache();
   }
@@ -210,14 +329,19 @@ export class Allocator {
    */
   close(_liveBlocks?: Iterable<Block>): CloseReport {
     if (this.closed) return { liveBlocks: 0, liveRequestedBytes: 0 };
+    this.ctx.beginCall();
+    if (this.deferred.length > 0) this.completeDeferred(true);
     let liveRequestedBytes = 0;
     const left = [...this.live].sort((x, y) => x.id - y.id); // in allocation order
     for (const b of left) {
       liveRequestedBytes += b.requested;
       if (!b.pendingFree) this.freeRequested(b);
-      this.freeCompleted(b);
+      this.completeFree(b);
     }
     this.closed = true;
+    this.usedOn.clear();
+    for (const e of this.streamEvents.values()) this.ctx.driver.eventDestroy(e);
+    this.streamEvents.clear();
     this.instance.teardown();
     const c = this.ctx;
     if (c.chunks.liveChunks !== 0 || c.chunks.mappingCount !== 0 || c.plainSegments.size !== 0 || c.reservations.size !== 0) {

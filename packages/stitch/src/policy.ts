@@ -41,6 +41,13 @@ export interface Policy<O extends PolicyOptions = PolicyOptions> {
    * defaults overlaid with the user's values, each checked against its knob.
    */
   readonly knobs: KnobSchema<O>;
+  /**
+   * What the policy needs of stream safety. crossStreamReuse: it may hand a block freed on
+   * one stream to a malloc on another (the block keeps its own stream): the engine then
+   * makes the new stream wait on the old one first (an event recorded there, waited on).
+   * Undeclared, a block of another stream is refused (StitchError INVARIANT).
+   */
+  readonly streams?: { readonly crossStreamReuse?: boolean | ((options: O) => boolean) };
   create(context: PolicyContext, options: O): PolicyInstance;
 }
 

@@ -90,6 +90,12 @@ export interface ReplayResult {
   /** Recorded oom entries replayed: failed again as recorded, or served (the model had more room). */
   recordedOoms: { reproduced: number; served: number };
   numAllocRetries: number;
+  /**
+   * Stream safety the engine kept (the calls are in driverCalls too: bookkeeping on sim and
+   * host): device synchronizations before an unmap or free, and blocks served to another
+   * stream after it waited on an event of the block's stream.
+   */
+  streamSafety: { syncs: number; crossStreamReuses: number };
   emptyCacheCalls: number;
   unmatchedFrees: number;
   driverCalls: Record<DriverCall, number>;
@@ -176,6 +182,8 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
   let peakActive = 0;
   let peakRequested = 0;
   let retries = 0;
+  let syncs = 0;
+  let crossStreamReuses = 0;
   let integrityErrors = 0;
   let integrityChecked = 0;
   const counters: Record<string, number> = {};
@@ -191,6 +199,8 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     peakActive += st.peakActiveBytes;
     peakRequested += st.peakRequestedBytes;
     retries += st.numAllocRetries;
+    syncs += st.numSyncs;
+    crossStreamReuses += st.numCrossStreamReuses;
     for (const [k, v] of Object.entries(e.instance.counters?.() ?? {})) counters[k] = (counters[k] ?? 0) + v;
   }
   if (o.checkInvariants) for (const e of engines) e?.check();
@@ -227,6 +237,7 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     ooms,
     recordedOoms: { reproduced, served },
     numAllocRetries: retries,
+    streamSafety: { syncs, crossStreamReuses },
     emptyCacheCalls: emptyCalls,
     unmatchedFrees: plan.unmatchedFrees,
     driverCalls: callDiff(s1, s0),

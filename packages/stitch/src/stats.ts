@@ -22,6 +22,12 @@ export class AllocatorStats {
   numOoms = 0;
   numSegmentAllocs = 0;
   numSegmentFrees = 0;
+  /** Device synchronizations before memory a kernel may still use was unmapped or freed (one per engine call at most). */
+  numSyncs = 0;
+  /** Blocks of one stream served to another, each after that stream waited on an event of the first. */
+  numCrossStreamReuses = 0;
+  /** Frees deferred until the other streams a block was used on (recordStream) reached an event. */
+  numDeferredFrees = 0;
 
   /** Call after reservedBytes grew. */
   bumpReserved(): void {
@@ -45,6 +51,7 @@ export class AllocatorStats {
       "reserved_bytes.all.peak": this.peakReservedBytes,
       "segment.all.current": this.segments,
       num_alloc_retries: this.numAllocRetries,
+      num_sync_all_streams: this.numSyncs,
       num_ooms: this.numOoms,
     };
   }

@@ -70,18 +70,22 @@ describe("vms policy", () => {
     expect(d.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
   });
 
-  it("reuses a block freed on another stream without a driver call, and only when crossStream is on", () => {
+  it("reuses a block freed on another stream without a memory call (the new stream waits on an event of the old), and only when crossStream is on", () => {
     for (const crossStream of [true, false]) {
       const d = new SimDriver();
       const a = new Allocator("vms", d, { options: { crossStream }, checkInvariants: 1 });
       const b = a.malloc(64 * MiB, 1);
       a.free(b);
-      const n = d.stats().totalCalls;
+      const n = d.stats();
       const c = a.malloc(32 * MiB, 2);
-      const made = d.stats().totalCalls - n;
+      const s = d.stats();
+      const made = s.totalCalls - n.totalCalls;
       const k = (a.instance as VmsAllocator).counters();
       if (crossStream) {
-        expect(made).toBe(0);
+        expect(made).toBe(3);
+        expect([s.calls.eventCreate - n.calls.eventCreate, s.calls.eventRecord - n.calls.eventRecord, s.calls.streamWaitEvent - n.calls.streamWaitEvent]).toEqual([1, 1, 1]);
+        expect(c.stream).toBe(1); // the block keeps its stream: its free goes back to stream 1's arena
+        expect(a.stats.numCrossStreamReuses).toBe(1);
         expect(k.crossStreamHits).toBe(1);
       } else {
         expect(made).toBeGreaterThan(0);

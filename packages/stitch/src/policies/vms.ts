@@ -600,5 +600,7 @@ export const vmsPolicy: Policy<VmsOptions> = {
     donorOrder: { type: "choice", choices: ["hole", "size"], default: "hole", description: "which free handles move first: those of the smallest free blocks (hole) or the largest (size)" },
     arenaBytes: { type: "bytes", min: 1, max: 2 ** 47, default: null, nullMeans: "2 x device memory", description: "virtual bytes reserved per stream arena" },
   },
+  // a block freed on one stream may serve another (the engine makes that stream wait first)
+  streams: { crossStreamReuse: (o) => o.crossStream },
   create: (ctx, o) => new VmsAllocator(ctx, o),
 };

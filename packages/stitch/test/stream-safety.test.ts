@@ -1,0 +1,157 @@
+import { describe, expect, it } from "vitest";
+import { DriverAdaptor, SimDriver, withCapacity, type EventHandle, type VmmDriver } from "@gmlake/vmm";
+import { computeStats } from "@gmlake/trace";
+import { readSnapshot } from "@gmlake/torch-trace";
+import { Allocator, BUILTIN_POLICIES, replay, type Block, type Policy } from "../src/index.js";
+import { MiB, tracePath } from "./helpers.js";
+
+/**
+ * Stream safety, kept by the engine for every policy: reuse across streams only after the
+ * new stream waits on the old one, frees of blocks used on other streams deferred until
+ * their events complete, and no unmap or free before the device is synchronized.
+ */
+
+/** Logs the calls that matter here, in order; events complete only when `complete` says so. */
+class StreamLog extends DriverAdaptor {
+  readonly log: string[] = [];
+  complete = true;
+  override memUnmap(a: number, s: number): void {
+    this.log.push("memUnmap");
+    super.memUnmap(a, s);
+  }
+  override memFree(a: number): void {
+    this.log.push("memFree");
+    super.memFree(a);
+  }
+  override ctxSynchronize(): void {
+    this.log.push("ctxSynchronize");
+    super.ctxSynchronize();
+  }
+  override eventRecord(e: EventHandle, stream: number): void {
+    this.log.push(`eventRecord(${stream})`);
+    super.eventRecord(e, stream);
+  }
+  override streamWaitEvent(stream: number, e: EventHandle): void {
+    this.log.push(`streamWaitEvent(${stream})`);
+    super.streamWaitEvent(stream, e);
+  }
+  override eventQuery(e: EventHandle): boolean {
+    return this.complete && super.eventQuery(e);
+  }
+  override eventSynchronize(e: EventHandle): void {
+    this.log.push("eventSynchronize");
+    this.complete = true;
+    super.eventSynchronize(e);
+  }
+}
+
+describe("stream safety", () => {
+  it.each(BUILTIN_POLICIES.map((p) => p.name))("%s: the device is synchronized once before the first unmap or free of a call", (name) => {
+    const d = new StreamLog(new SimDriver());
+    const a = new Allocator(name, d, { checkInvariants: 1 });
+    const blocks: Block[] = [];
+    for (const size of [3 * MiB, 30 * MiB, 700 * 1024, 90 * MiB]) blocks.push(a.malloc(size, 0));
+    for (const b of blocks) a.free(b);
+    d.log.length = 0;
+    a.emptyCache();
+    const first = d.log.findIndex((c) => c === "memUnmap" || c === "memFree");
+    expect(first, d.log.join(" ")).toBeGreaterThan(0);
+    expect(d.log.slice(0, first)).toEqual(["ctxSynchronize"]);
+    expect(d.log.filter((c) => c === "ctxSynchronize")).toHaveLength(1); // once per call
+    expect(a.stats.numSyncs).toBeGreaterThanOrEqual(1);
+    expect(a.stats.toTorch().num_sync_all_streams).toBe(a.stats.numSyncs);
+    a.close();
+  });
+
+  it("a block of another stream is served only after the new stream waits on the old", () => {
+    const d = new StreamLog(new SimDriver());
+    const a = new Allocator("vms", d, { checkInvariants: 1 });
+    expect(a.crossStreamReuse).toBe(true);
+    a.free(a.malloc(64 * MiB, 1));
+    d.log.length = 0;
+    const c = a.malloc(32 * MiB, 2);
+    expect(d.log).toEqual(["eventRecord(1)", "streamWaitEvent(2)"]);
+    expect(a.stats.numCrossStreamReuses).toBe(1);
+    a.close([c]);
+    expect(new Allocator("vms", new SimDriver(), { options: { crossStream: false } }).crossStreamReuse).toBe(false);
+  });
+
+  it("a policy that serves another stream's block without declaring it is refused", () => {
+    const caching = BUILTIN_POLICIES.find((p) => p.name === "caching")!;
+    const sneaky: Policy = {
+      ...caching,
+      name: "sneaky",
+      create: (ctx, o) => {
+        const i = caching.create(ctx, o);
+        return { ...i, malloc: (size, stream) => i.malloc(size, stream === 2 ? 1 : stream), free: (b) => i.free(b), emptyCache: () => i.emptyCache(), teardown: () => i.teardown() };
+      },
+    };
+    const a = new Allocator(sneaky, new SimDriver());
+    expect(() => a.malloc(MiB, 2)).toThrow(/policy sneaky served a block of stream 1 to a malloc on stream 2 without declaring streams\.crossStreamReuse/);
+  });
+
+  it("recordStream: the free waits for the other stream's event; malloc polls it; out of memory waits for it", () => {
+    const d = new StreamLog(withCapacity(new SimDriver(), 64 * MiB) as unknown as VmmDriver);
+    const a = new Allocator("caching", d, { checkInvariants: 1 });
+    const b = a.malloc(40 * MiB, 0);
+    a.recordStream(b, 7);
+    a.recordStream(b, 7);
+    a.recordStream(b, 0); // its own stream: nothing to wait for
+    d.complete = false; // the kernels on stream 7 are still running
+    a.free(b);
+    expect(d.log).toContain("eventRecord(7)");
+    expect(a.deferredFrees).toBe(1);
+    expect(a.stats.activeBytes).toBe(40 * MiB); // still in use: not reusable
+    const small = a.malloc(MiB, 0); // polls: not complete yet
+    expect(a.deferredFrees).toBe(1);
+    // 40 MiB more does not fit beside it: the engine waits for the event, completes the free, retries
+    const again = a.malloc(40 * MiB, 0);
+    expect(d.log).toContain("eventSynchronize");
+    expect(a.deferredFrees).toBe(0);
+    expect(a.stats.numDeferredFrees).toBe(1);
+    a.free(again);
+    a.free(small);
+    // completed by a poll once the event is done
+    const c = a.malloc(20 * MiB, 0);
+    a.recordStream(c, 9);
+    d.complete = false;
+    a.free(c);
+    d.complete = true;
+    a.free(a.malloc(512, 0));
+    expect(a.deferredFrees).toBe(0);
+    expect(() => a.recordStream(c, 3)).toThrow(expect.objectContaining({ code: "BAD_ARGUMENT" }));
+    const report = a.close();
+    expect(report.liveBlocks).toBe(0);
+  });
+
+  it("close waits for deferred frees and leaves nothing", () => {
+    const sim = new SimDriver();
+    const d = new StreamLog(sim);
+    const a = new Allocator("expandable", d);
+    const b = a.malloc(30 * MiB, 0);
+    a.recordStream(b, 5);
+    d.complete = false;
+    a.free(b);
+    expect(a.close().liveBlocks).toBe(0);
+    expect(sim.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
+    expect(sim.events.liveEvents).toBe(0);
+  });
+});
+
+describe("stream safety in a replay (counted; bookkeeping on the sim)", () => {
+  const fsdp = tracePath("llama1b_fsdp.pickle.gz");
+  it.skipIf(!fsdp)("llama1b_fsdp (two streams): every cross-stream hit waited, every sync in the driver calls", async () => {
+    const snap = await readSnapshot(fsdp!);
+    for (const policy of ["vms", "gmlake", "expandable"]) {
+      const r = replay(snap.events, { policy, driver: new SimDriver(), settings: snap.allocatorSettings, recorder: null, capacity: Math.floor(1.02 * computeStats(snap.events).peakRequestedBytes) });
+      expect(r.streamSafety.syncs, policy).toBe(r.driverCalls.ctxSynchronize);
+      expect(r.streamSafety.crossStreamReuses, policy).toBe(r.driverCalls.streamWaitEvent);
+      expect(r.driverCalls.eventRecord, policy).toBe(r.streamSafety.crossStreamReuses);
+      if (policy === "vms") expect(r.streamSafety.crossStreamReuses).toBe(r.counters.crossStreamHits);
+      else expect(r.streamSafety.crossStreamReuses).toBe(0);
+      // unmaps and frees happen only in calls that synchronized first (one sync per call at most)
+      if (r.driverCalls.memUnmap + r.driverCalls.memFree > 0) expect(r.streamSafety.syncs).toBeGreaterThan(0);
+      expect(r.streamSafety.syncs).toBeLessThanOrEqual(r.driverCalls.memUnmap + r.driverCalls.memFree);
+    }
+  }, 120_000);
+});
