@@ -3,7 +3,7 @@
 # only, with its own config and storage in a temp folder), publishes every package to it
 # with `pnpm publish`, then in fresh folders with plain npm and neither cmake nor a C++
 # compiler on PATH:
-#   1. `npm i @gmlake/stitch` alone: exactly @gmlake/{stitch,chunk-pool,vmm,trace} and the
+#   1. `npm i @gmlake/stitch` alone: exactly @gmlake/{stitch,chunk-pool,vmm,trace,errors} and the
 #      prebuilt addon, under 5 MB; the stitch README's first example runs (host driver);
 #   2. `npx @gmlake/cli compare` on the embedded trace;
 #   3. a TypeScript consumer of every package type-checks with moduleResolution node16, nodenext,
@@ -116,7 +116,7 @@ echo '{ "name": "stitch-user", "private": true, "type": "module" }' >package.jso
 PATH="$nobuild" npm i @gmlake/stitch --no-audit --no-fund --foreground-scripts --loglevel=error >install.log 2>&1 || { cat install.log >&2; fail "npm i @gmlake/stitch"; }
 if grep -q "@gmlake/vmm:" install.log; then cat install.log >&2; fail "the prebuilt addon was not found at install"; fi
 node "$here/installed.mjs" . --max-mb 5 \
-  --expect @gmlake/stitch,@gmlake/chunk-pool,@gmlake/vmm,@gmlake/trace,@gmlake/vmm-linux-x64-gnu
+  --expect @gmlake/stitch,@gmlake/chunk-pool,@gmlake/vmm,@gmlake/trace,@gmlake/errors,@gmlake/vmm-linux-x64-gnu
 README="$root/packages/stitch/README.md" node -e '
   const md = require("fs").readFileSync(process.env.README, "utf8");
   const m = md.match(/```js\n([\s\S]*?)```/);

@@ -1,6 +1,6 @@
 import { H200_BYTES, createDriver, defaultHostCapacity, type VmmDriver } from "@gmlake/vmm";
-import { getPolicy, listPolicies, loadPolicyModules } from "@gmlake/stitch";
-import { UsageError } from "./cli-error.js";
+import { getPolicy, listPolicies, loadPolicyModules, StitchError } from "@gmlake/stitch";
+import { STITCH_INPUT_CODES, UsageError } from "./cli-error.js";
 import { formatBytes, parseSize } from "./sizes.js";
 
 export type DriverChoice = "sim" | "host" | "cuda" | "auto";
@@ -95,9 +95,8 @@ export function asUsage<T>(f: () => T): T {
   try {
     return f();
   } catch (e) {
-    const code = (e as { code?: string }).code;
     // BAD_TRACE: a malformed event stream (stitch's replay refuses it naming the event) is bad input too
-    if (code === "BAD_OPTION" || code === "UNKNOWN_POLICY" || code === "BAD_ARGUMENT" || code === "BAD_TRACE") throw new UsageError((e as Error).message);
+    if (e instanceof StitchError && STITCH_INPUT_CODES.has(e.code)) throw new UsageError(e.message);
     throw e;
   }
 }

@@ -1,3 +1,5 @@
+import { GmlakeError } from "@gmlake/errors";
+
 /** Codes a {@link ChunkPoolError} carries. */
 export type ChunkPoolErrorCode =
   | "BAD_SIZE"
@@ -9,7 +11,7 @@ export type ChunkPoolErrorCode =
   | "FOREIGN_CHUNK";
 
 /** Misuse of the chunk pool: a clear one-line message with a `code`. Driver failures pass through as VmmError. */
-export class ChunkPoolError extends Error {
+export class ChunkPoolError extends GmlakeError<ChunkPoolErrorCode> {
   readonly code: ChunkPoolErrorCode;
   constructor(code: ChunkPoolErrorCode, message: string) {
     super(message);

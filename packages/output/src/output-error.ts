@@ -1,3 +1,5 @@
+import { GmlakeError } from "@gmlake/errors";
+
 /**
  * The error every output function throws. `kind` says whose fault it is: "path" (the
  * output path itself is wrong: exists, is the input, is a directory, cannot be created;
@@ -13,7 +15,7 @@ export const OUTPUT_TWICE = "OUTPUT_TWICE";
 export const OUTPUT_NOT_A_FILE = "OUTPUT_NOT_A_FILE";
 export const OUTPUT_NOT_A_DIRECTORY = "OUTPUT_NOT_A_DIRECTORY";
 
-export class OutputError extends Error {
+export class OutputError extends GmlakeError<string> {
   override readonly name = "OutputError";
   constructor(
     readonly kind: OutputErrorKind,

@@ -1,3 +1,5 @@
+import { GmlakeError } from "@gmlake/errors";
+
 export type StitchErrorCode =
   | "OUT_OF_MEMORY"
   | "UNKNOWN_POLICY"
@@ -14,7 +16,7 @@ export type StitchErrorCode =
   | "BAD_MODULE";
 
 /** Every error this package throws on bad input or a broken invariant: one line, with a `code`. */
-export class StitchError extends Error {
+export class StitchError extends GmlakeError<StitchErrorCode> {
   readonly code: StitchErrorCode;
   constructor(code: StitchErrorCode, message: string) {
     super(message);

@@ -1,3 +1,4 @@
+import { GmlakeError } from "@gmlake/errors";
 import { terminalSafe } from "@gmlake/output";
 
 /** What went wrong, as a stable code that callers and tests can switch on. */
@@ -21,7 +22,7 @@ export type SnapshotErrorCode =
  * file and the problem; `offset` is the byte offset in the (decompressed) pickle stream
  * for pickle errors, else undefined.
  */
-export class SnapshotError extends Error {
+export class SnapshotError extends GmlakeError<SnapshotErrorCode> {
   override readonly name = "SnapshotError";
   constructor(
     readonly code: SnapshotErrorCode,

@@ -1,12 +1,14 @@
+import { GmlakeError } from "@gmlake/errors";
+
 /**
- * The error every driver throws: `code` is the CUDA error name (`CUDA_ERROR_OUT_OF_MEMORY`,
+ * The error every driver throws (a GmlakeError): `code` is the CUDA error name (`CUDA_ERROR_OUT_OF_MEMORY`,
  * `CUDA_ERROR_INVALID_VALUE`, ...) whichever driver raised it, so callers handle host, sim
  * and cuda the same way. `call` names the function that failed (`cuMemMap`, `hostMemMap`).
  *
  * The native addon is handed this class once at load (see native.ts) and throws instances
  * of it, so `instanceof VmmError` holds for native and TypeScript errors alike.
  */
-export class VmmError extends Error {
+export class VmmError extends GmlakeError<string> {
   override readonly name = "VmmError";
   constructor(
     readonly code: string,
