@@ -340,7 +340,7 @@ CASES = {
     "bad-module": bad_module,
     "no-libnode": lambda: expect_start_error("libnode.so.108 not found", policy="caching", driver="host"),
     "bad-policy": lambda: expect_start_error("nope", policy="nope", driver="host"),
-    "bad-knob": lambda: expect_start_error("has no option colour", policy="vms", driver="host", colour="red"),
+    "bad-knob": lambda: expect_start_error("has no knob colour", policy="vms", driver="host", colour="red"),
 }
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
