@@ -1,5 +1,5 @@
 import type { Chunk, ChunkPool } from "@gmlake/chunk-pool";
-import { DRIVER_CALLS, type VmmDriver } from "@gmlake/vmm";
+import { DRIVER_CALLS, type EventHandle, type VmmDriver } from "@gmlake/vmm";
 import { EventKind, type AllocatorSettings, type EventLog } from "@gmlake/trace";
 import { isDriverOom, StitchError } from "./errors.js";
 import type { DeviceFacts, MapAccess, PhysicalChunk, PolicyContext } from "./policy-context.js";
@@ -32,6 +32,10 @@ export class AllocatorContext {
   nowUs = 0;
   /** Set by retried() during a malloc; the engine counts one retry per malloc. */
   retriedNow = false;
+  /** The policy declared streams.crossStreamReuse (set by the engine before create). */
+  crossStreamReuse = false;
+  /** One event per stream, re-recorded at each wait on it. */
+  private readonly streamEvents = new Map<number, EventHandle>();
   /** The device was synchronized during this engine call (nothing new is queued while the engine runs). */
   private fenced = false;
   readonly deviceFacts: DeviceFacts;
@@ -97,6 +101,30 @@ export class AllocatorContext {
     st.numSegmentAllocs++;
     this.record(EventKind.segmentAlloc, addr, size, stream);
     return addr;
+  }
+
+  /**
+   * Work queued on stream `to` from now on waits for the work queued on `from` so far: an
+   * event recorded on `from`, waited on by `to` (cuEventRecord + cuStreamWaitEvent; one
+   * reusable event per stream). Counted as a cross-stream reuse.
+   */
+  waitForStream(from: number, to: number): void {
+    if (from === to) return;
+    const d = this.driver;
+    let e = this.streamEvents.get(from);
+    if (e === undefined) {
+      e = d.eventCreate();
+      this.streamEvents.set(from, e);
+    }
+    // recorded now, it covers every kernel queued on `from` before the memory was freed there
+    d.eventRecord(e, from);
+    d.streamWaitEvent(to, e);
+    this.stats.numCrossStreamReuses++;
+  }
+
+  destroyStreamEvents(): void {
+    for (const e of this.streamEvents.values()) this.driver.eventDestroy(e);
+    this.streamEvents.clear();
   }
 
   /** A new engine call begins (malloc, free, empty_cache, close): kernels may have been queued since the last. */
@@ -292,6 +320,13 @@ class PolicyView implements PolicyContext {
   }
   retried(): void {
     this.#c.retriedNow = true;
+  }
+  waitForStream(from: number, to: number): void {
+    if (!this.#c.crossStreamReuse) {
+      throw new StitchError("BAD_ARGUMENT", "waitForStream: the policy does not declare streams.crossStreamReuse (the engine keeps streams apart for it)");
+    }
+    if (!Number.isSafeInteger(from) || !Number.isSafeInteger(to)) throw new StitchError("BAD_ARGUMENT", `Expected two streams (integers) but received ${from}, ${to}`);
+    this.#c.waitForStream(from, to);
   }
   segmentMapped(addr: number, size: number, stream: number): void {
     this.#c.segmentMapped(addr, size, stream);

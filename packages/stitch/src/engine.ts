@@ -80,8 +80,6 @@ export class Allocator {
   /** Other streams each live block was used on (recordStream). */
   private readonly usedOn = new Map<Block, number[]>();
   private readonly deferred: DeferredFree[] = [];
-  /** One event per stream, re-recorded at each cross-stream reuse. */
-  private readonly streamEvents = new Map<number, EventHandle>();
 
   constructor(policy: Policy | string, driver: VmmDriver, opts: AllocatorOptions = {}) {
     this.policy = typeof policy === "string" ? getPolicy(policy) : policy;
@@ -91,9 +89,10 @@ export class Allocator {
     this.recordAllocations = opts.recordAllocations ?? true;
     const chunks = new ChunkPool(driver, opts.chunkSizes ? { chunkSizes: opts.chunkSizes } : {});
     this.ctx = new AllocatorContext(driver, chunks, opts.settings ?? DEFAULT_ALLOCATOR_SETTINGS, this.stats, this.recorder, opts.device ?? 0);
-    this.instance = this.policy.create(this.ctx.policyView, options);
     const x = this.policy.streams?.crossStreamReuse;
     this.crossStreamReuse = typeof x === "function" ? Boolean(x(options)) : Boolean(x);
+    this.ctx.crossStreamReuse = this.crossStreamReuse;
+    this.instance = this.policy.create(this.ctx.policyView, options);
     const ci = opts.checkInvariants ?? false;
     this.invariants = ci === false ? null : new InvariantChecker(this, ci === true ? 4096 : ci);
     this.integrity = opts.integrity ? new IntegrityChecker(driver, opts.integrity === "full") : null;
@@ -154,16 +153,7 @@ export class Allocator {
         `policy ${this.policy.name} served a block of stream ${b.stream} to a malloc on stream ${stream} without declaring streams.crossStreamReuse`,
       );
     }
-    const d = this.ctx.driver;
-    let e = this.streamEvents.get(b.stream);
-    if (e === undefined) {
-      e = d.eventCreate();
-      this.streamEvents.set(b.stream, e);
-    }
-    // recorded now, it covers every kernel queued on the old stream before the block's free
-    d.eventRecord(e, b.stream);
-    d.streamWaitEvent(stream, e);
-    this.stats.numCrossStreamReuses++;
+    this.ctx.waitForStream(b.stream, stream);
   }
 
   /**
@@ -340,8 +330,7 @@ export class Allocator {
     }
     this.closed = true;
     this.usedOn.clear();
-    for (const e of this.streamEvents.values()) this.ctx.driver.eventDestroy(e);
-    this.streamEvents.clear();
+    this.ctx.destroyStreamEvents();
     this.instance.teardown();
     const c = this.ctx;
     if (c.chunks.liveChunks !== 0 || c.chunks.mappingCount !== 0 || c.plainSegments.size !== 0 || c.reservations.size !== 0) {

@@ -80,6 +80,17 @@ export interface PolicyContext {
   /** cuMemGetInfo's free bytes of the device (a counted driver call). */
   freeDeviceBytes(): number;
 
+  // ---- streams
+  /**
+   * Work on stream `to` from now on waits for the work queued on `from` so far (an event
+   * recorded on `from`, waited on by `to`). For a policy that declares
+   * streams.crossStreamReuse and puts memory freed on one stream into a block of another
+   * in a way the engine cannot see (a block the engine sees change streams gets this
+   * wait anyway). Before unmapping or freeing memory the engine synchronizes the device
+   * itself: no call needed for that.
+   */
+  waitForStream(from: number, to: number): void;
+
   // ---- reports: the engine counts and records them
   /** This malloc went through release-and-retry (PyTorch's num_alloc_retries: counted once per malloc). */
   retried(): void;

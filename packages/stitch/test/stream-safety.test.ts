@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { DriverAdaptor, SimDriver, withCapacity, type EventHandle, type VmmDriver } from "@gmlake/vmm";
 import { computeStats } from "@gmlake/trace";
 import { readSnapshot } from "@gmlake/torch-trace";
-import { Allocator, BUILTIN_POLICIES, replay, type Block, type Policy } from "../src/index.js";
+import { Allocator, BUILTIN_POLICIES, replay, type Block, type Policy, type PolicyContext } from "../src/index.js";
 import { MiB, tracePath } from "./helpers.js";
 
 /**
@@ -74,6 +74,21 @@ describe("stream safety", () => {
     expect(a.stats.numCrossStreamReuses).toBe(1);
     a.close([c]);
     expect(new Allocator("vms", new SimDriver(), { options: { crossStream: false } }).crossStreamReuse).toBe(false);
+  });
+
+  it("the context's waitForStream: for a policy that declares cross-stream reuse, counted; refused otherwise", () => {
+    const views: PolicyContext[] = [];
+    const spy = (p: Policy): Policy => ({ ...p, name: `${p.name}-view`, create: (ctx, o) => (views.push(ctx), p.create(ctx, o)) });
+    const d = new StreamLog(new SimDriver());
+    const vms = new Allocator(spy(BUILTIN_POLICIES.find((p) => p.name === "vms")!), d);
+    views[0]!.waitForStream(3, 4);
+    views[0]!.waitForStream(4, 4); // the same stream: nothing to wait for
+    expect(d.log).toEqual(["eventRecord(3)", "streamWaitEvent(4)"]);
+    expect(vms.stats.numCrossStreamReuses).toBe(1);
+    vms.close();
+    const caching = new Allocator(spy(BUILTIN_POLICIES.find((p) => p.name === "caching")!), new SimDriver());
+    expect(() => views[1]!.waitForStream(3, 4)).toThrow(/does not declare streams\.crossStreamReuse/);
+    caching.close();
   });
 
   it("a policy that serves another stream's block without declaring it is refused", () => {
