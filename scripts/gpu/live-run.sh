@@ -15,7 +15,7 @@
 #              device memory sampled every 100 us inside the steps (memsampler.so)
 #   memcheck   compute-sanitizer --tool memcheck over live_checks.py smoke with ours:vms
 # Knobs: WORKLOADS (default gpt2_ft), ALLOCATORS (default: pytorch pytorch-expandable
-# ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=true), LIVE_STEPS (default 12), TOTAL seconds
+# ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=false), LIVE_STEPS (default 12), TOTAL seconds
 # for the whole call (default 560), T_<step> a step's limit, PYTHON (default python3).
 # Out ($OUT): live-run.log, live-summary.md (the tables), live-results.jsonl (every RESULT
 # line, tagged), results.tar.gz (per-step logs, snapshots), re-packed after every step.
@@ -31,7 +31,7 @@ mkdir -p "$work"
 python=${PYTHON:-python3}
 steps=${STEPS:-setup,checks,micro,threading,workloads,memcheck}
 workloads=${WORKLOADS:-gpt2_ft}
-allocators=${ALLOCATORS:-pytorch pytorch-expandable ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=true}
+allocators=${ALLOCATORS:-pytorch pytorch-expandable ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=false}
 live_steps=${LIVE_STEPS:-12}
 total_limit=${TOTAL:-560}
 declare -A limit=([setup]=90 [checks]=150 [micro]=150 [threading]=60 [workloads]=400 [memcheck]=240)

@@ -51,8 +51,9 @@ interface DeferredFree {
  * stream), recordStream(block, stream), free(block), emptyCache(), stats, close(). The
  * engine keeps streams safe: a block freed on stream A is reused on A at once (stream
  * order); handed to another stream B only by a policy that declares crossStreamReuse,
- * after B waits on an event recorded on A; a block used on other streams (recordStream) is
- * freed once events recorded there at its free have completed (polled at each call); no
+ * after B waits on an event recorded on A; a block used on other streams (recordStream, or
+ * served to B that way: it goes back to A's pool) is freed once events recorded there at its
+ * free have completed (polled at each call); no
  * memory is unmapped or freed before the kernels that used it are done (one device
  * synchronization per engine call that unmaps or frees). Out of memory: the policy's own
  * release-and-retry, then the deferred frees are waited for and the malloc retried once.
@@ -154,6 +155,16 @@ export class Allocator {
       );
     }
     this.ctx.waitForStream(b.stream, stream);
+    // The block goes back to its own stream's pool at free, where the policy reuses it on
+    // b.stream without a wait: so it is freed as if record_stream(b, stream) had been
+    // called, once the work queued on `stream` until the free is done.
+    this.addUse(b, stream);
+  }
+
+  private addUse(b: Block, stream: number): void {
+    const list = this.usedOn.get(b);
+    if (list === undefined) this.usedOn.set(b, [stream]);
+    else if (!list.includes(stream)) list.push(stream);
   }
 
   /**
@@ -164,9 +175,7 @@ export class Allocator {
     this.checkFree(b, "recordStream");
     if (!Number.isSafeInteger(stream)) throw new StitchError("BAD_ARGUMENT", `Expected a stream (an integer) but received ${stream}`);
     if (stream === b.stream) return;
-    const list = this.usedOn.get(b);
-    if (list === undefined) this.usedOn.set(b, [stream]);
-    else if (!list.includes(stream)) list.push(stream);
+    this.addUse(b, stream);
   }
 
   /** Frees pending on events: free_completed for those whose events are done (for all of them when `wait`). */
@@ -256,6 +265,8 @@ export class Allocator {
       throw new StitchError("BAD_ARGUMENT", `block at 0x${b.addr.toString(16)} has no free_requested before free_completed`);
     }
     this.unlist(b);
+    // two-phase frees (a replay's free_requested / free_completed) time themselves: uses recorded for free() are dropped
+    if (this.usedOn.size > 0) this.usedOn.delete(b);
     const st = this.stats;
     st.activeBytes -= b.size;
     st.requestedBytes -= b.requested;
@@ -269,8 +280,9 @@ export class Allocator {
 
   /**
    * The program's free: both phases at once, or, for a block used on other streams
-   * (recordStream), free_requested now and free_completed once an event recorded on each
-   * of those streams has completed.
+   * (recordStream, or served to another stream than its own by cross-stream reuse),
+   * free_requested now and free_completed once an event recorded on each of those streams
+   * at the free has completed (at once when it has already).
    */
   free(b: Block): void {
     this.freeRequested(b); // checks everything freeCompleted would: a refused free changes nothing
@@ -286,6 +298,13 @@ export class Allocator {
       d.eventRecord(e, s);
       return e;
     });
+    // Done already (always on a driver with no device queue, host and sim): no deferral,
+    // and a replay makes the same decisions as before the block was used on other streams.
+    if (events.every((e) => d.eventQuery(e))) {
+      for (const e of events) d.eventDestroy(e);
+      this.freeCompleted(b);
+      return;
+    }
     this.deferred.push({ block: b, events });
     this.stats.numDeferredFrees++;
   }

@@ -76,6 +76,32 @@ describe("stream safety", () => {
     expect(new Allocator("vms", new SimDriver(), { options: { crossStream: false } }).crossStreamReuse).toBe(false);
   });
 
+  it("a block served to another stream goes back to its own stream only once the work queued on the other is done", () => {
+    const d = new StreamLog(new SimDriver());
+    const a = new Allocator("vms", d, { checkInvariants: 1 });
+    a.free(a.malloc(64 * MiB, 1));
+    const c = a.malloc(32 * MiB, 2); // stream 1's block, now used by kernels on stream 2
+    expect(c.stream).toBe(1); // it belongs to stream 1's pool: reused there without a wait
+    d.log.length = 0;
+    d.complete = false; // stream 2's kernels still run
+    a.free(c);
+    expect(d.log).toEqual(["eventRecord(2)"]);
+    expect(a.deferredFrees).toBe(1);
+    expect(a.stats.activeBytes).toBe(c.size); // not back on stream 1 yet
+    d.complete = true;
+    const again = a.malloc(32 * MiB, 1); // the poll completes it: stream 1 reuses it in stream order
+    expect(a.deferredFrees).toBe(0);
+    expect(again.addr).toBe(c.addr);
+    a.free(again);
+    expect(a.stats.numDeferredFrees).toBe(1);
+    // events complete at once (host, sim): freed at once, nothing deferred
+    const e = a.malloc(32 * MiB, 2);
+    a.free(e);
+    expect(a.deferredFrees).toBe(0);
+    expect(a.stats.numDeferredFrees).toBe(1);
+    expect(a.close().liveBlocks).toBe(0);
+  });
+
   it("the context's waitForStream: for a policy that declares cross-stream reuse, counted; refused otherwise", () => {
     const views: PolicyContext[] = [];
     const spy = (p: Policy): Policy => ({ ...p, name: `${p.name}-view`, create: (ctx, o) => (views.push(ctx), p.create(ctx, o)) });
@@ -161,7 +187,10 @@ describe("stream safety in a replay (counted; bookkeeping on the sim)", () => {
       const r = replay(snap.events, { policy, driver: new SimDriver(), settings: snap.allocatorSettings, recorder: null, capacity: Math.floor(1.02 * computeStats(snap.events).peakRequestedBytes) });
       expect(r.streamSafety.syncs, policy).toBe(r.driverCalls.ctxSynchronize);
       expect(r.streamSafety.crossStreamReuses, policy).toBe(r.driverCalls.streamWaitEvent);
-      expect(r.driverCalls.eventRecord, policy).toBe(r.streamSafety.crossStreamReuses);
+      // one event per cross-stream reuse, and one more at the free of each block served that way (complete at once on the sim: nothing deferred)
+      expect(r.driverCalls.eventRecord, policy).toBeGreaterThanOrEqual(r.streamSafety.crossStreamReuses);
+      expect(r.driverCalls.eventRecord, policy).toBeLessThanOrEqual(2 * r.streamSafety.crossStreamReuses);
+      expect(r.driverCalls.eventQuery, policy).toBe(r.driverCalls.eventRecord - r.streamSafety.crossStreamReuses);
       if (policy === "vms") expect(r.streamSafety.crossStreamReuses).toBe(r.counters.crossStreamHits);
       else expect(r.streamSafety.crossStreamReuses).toBe(0);
       // unmaps and frees happen only in calls that synchronized first (one sync per call at most)

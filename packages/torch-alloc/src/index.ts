@@ -1,4 +1,3 @@
 export { LiveAllocator, type LiveConfig, type LiveDriverName } from "./live-allocator.js";
-export { KernelFence } from "./kernel-fence.js";
 export { parseKnobText, coerceKnobs } from "./knobs.js";
 export { createBridge, loadPolicyModule, type Bridge, type BridgeConfig } from "./bridge.js";

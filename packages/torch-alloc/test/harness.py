@@ -214,7 +214,8 @@ def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None)
     label = f"stress:{policy}:{threading_design}" + (f" {knobs}" if knobs else "")
     print(json.dumps({"case": label, "start_ms": round(start_ms, 1), "threads": threads,
                       **counts, "ops_per_s": round(ops / wall), "peak_reserved": stats["reserved_bytes.all.peak"],
-                      "syncs": stats["num_sync_all_streams"], "deferred_frees": stats["calls"]["deferredFrees"]}))
+                      "syncs": stats["num_sync_all_streams"], "deferred_frees": stats["num_deferred_frees"],
+                      "cross_stream_reuses": stats["num_cross_stream_reuses"]}))
     return None
 
 
@@ -344,7 +345,7 @@ CASES = {
 }
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
-CASES["stress:vms-cross-stream:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "true"})
+CASES["stress:vms-one-stream-reuse:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "false"})
 ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}}
 
 

@@ -8,8 +8,25 @@ import { afterAll, describe, expect, it } from "vitest";
 import { LiveAllocator, coerceKnobs, createBridge, parseKnobText } from "../src/index.js";
 import { OP_ALLOC, OP_FREE, OP_PING, STATUS_ERROR, STATUS_OOM, TEXT_CLOSE, TEXT_LAST_ERROR, TEXT_SNAPSHOT, TEXT_STATS } from "../src/bridge.js";
 import { getPolicy } from "@gmlake/stitch";
+import { DriverAdaptor, type EventHandle, type VmmDriver } from "@gmlake/vmm";
 
 const MiB = 1024 * 1024;
+
+/** Events complete only when `complete` says so (kernels still running on the host driver, which has no queue). */
+class LaggingEvents extends DriverAdaptor {
+  complete = true;
+  override eventQuery(e: EventHandle): boolean {
+    return this.complete && super.eventQuery(e);
+  }
+  override eventSynchronize(e: EventHandle): void {
+    this.complete = true;
+    super.eventSynchronize(e);
+  }
+}
+function lagging(): { config: { adaptDriver: (d: VmmDriver) => VmmDriver }; events: () => LaggingEvents } {
+  let made: LaggingEvents | null = null;
+  return { config: { adaptDriver: (d) => (made = new LaggingEvents(d)) }, events: () => made! };
+}
 const dir = mkdtempSync(join(tmpdir(), "torch-alloc-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -38,19 +55,31 @@ describe("LiveAllocator on the host driver", () => {
   }
 
   it("a block used on another stream is reused only after that stream's event completed", () => {
-    const a = new LiveAllocator({ policy: "caching", driver: "host" });
+    const lag = lagging();
+    const a = new LiveAllocator({ policy: "caching", driver: "host", ...lag.config });
     const p = a.alloc(MiB, 0);
     a.recordStream(p, 77);
+    lag.events().complete = false; // stream 77's kernels still run
     a.free(p);
     const st = a.stats();
     expect(st.pending_frees).toBe(1);
     expect(st["active_bytes.all.current"]).toBeGreaterThan(0); // still active: not reusable yet
     expect((st.driver_calls as Record<string, number>).eventRecord).toBe(1);
-    // the next call finds the event complete (host: at once) and completes the free
+    const other = a.alloc(MiB, 0); // polled: not complete, so not this block
+    expect(other).not.toBe(p);
+    lag.events().complete = true;
+    // the next call finds the event complete and completes the free
     const q = a.alloc(MiB, 0);
     expect(a.stats().pending_frees).toBe(0);
     expect(q).toBe(p); // and the same-stream block is reused
     a.free(q);
+    a.free(other);
+    // an event complete at the free (always on host): freed at once
+    const r = a.alloc(MiB, 0);
+    a.recordStream(r, 77);
+    a.free(r);
+    expect(a.stats().pending_frees).toBe(0);
+    expect(a.stats().num_deferred_frees).toBe(1);
     expect(a.close().leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
   });
 
@@ -58,9 +87,11 @@ describe("LiveAllocator on the host driver", () => {
     const a = new LiveAllocator({ policy: "expandable", driver: "sim" });
     const p = a.alloc(40 * MiB, 0);
     a.free(p);
-    const before = a.fence.syncs;
-    a.emptyCache(); // unmaps: the fence syncs first
-    expect(a.fence.syncs).toBe(before + 1);
+    const before = a.allocator.stats.numSyncs;
+    a.emptyCache(); // unmaps: the engine syncs first, once
+    expect(a.allocator.stats.numSyncs).toBe(before + 1);
+    expect(a.stats().num_sync_all_streams).toBe(before + 1);
+    expect((a.stats().driver_calls as Record<string, number>).ctxSynchronize).toBe(before + 1); // no second fence of our own
     expect(() => a.free(p)).toThrow(/did not hand out/);
     a.close();
   });
@@ -78,41 +109,52 @@ describe("LiveAllocator on the host driver", () => {
     expect(a.alloc(60 * MiB, 0)).toBe(-1);
     expect(a.lastError).toMatch(/^CUDA out of memory\. Tried to allocate 60\.00 MiB\. GPU 0 has a total capacity of 64\.00 MiB/);
     expect(a.lastError).toMatch(/gmlake caching allocator/);
-    expect(a.stats().num_ooms).toBe(1);
+    expect(a.counts.ooms).toBe(1);
     a.free(held);
     a.free(x);
     expect(a.close().leaks?.liveBytes).toBe(0);
   });
 
-  it("vms: cross-stream reuse stays off live unless asked for", () => {
+  it("vms: cross-stream reuse is on live by default (the engine makes it safe), off when asked", () => {
     const a = new LiveAllocator({ policy: "vms", driver: "sim" });
-    expect((a.allocator.instance as unknown as { o: { crossStream: boolean } }).o.crossStream).toBe(false);
+    expect(a.allocator.crossStreamReuse).toBe(true);
+    expect(a.stats().cross_stream_reuse).toBe(true);
     a.close();
-    const b = new LiveAllocator({ policy: "vms", driver: "sim", knobs: { crossStream: "true" } });
-    expect((b.allocator.instance as unknown as { o: { crossStream: boolean } }).o.crossStream).toBe(true);
+    const b = new LiveAllocator({ policy: "vms", driver: "sim", knobs: { crossStream: "false" } });
+    expect(b.allocator.crossStreamReuse).toBe(false);
     b.close();
   });
 });
 
-describe("vms with cross-stream reuse on: every free waits for an event of its stream", () => {
-  it("a freed block goes back to the policy only once its stream's event completed; events are reused", () => {
-    const a = new LiveAllocator({ policy: "vms", driver: "host", knobs: { crossStream: true }, checkInvariants: true });
-    expect(a.eventFrees).toBe(true);
+describe("vms with cross-stream reuse: the engine's stream rule, no event per free", () => {
+  it("a free is reusable at once on its stream, on another after a wait; record_stream frees wait for events", () => {
+    const lag = lagging();
+    const a = new LiveAllocator({ policy: "vms", driver: "host", checkInvariants: true, ...lag.config });
     const p = a.alloc(8 * MiB, 0);
     a.free(p);
+    expect(a.stats().pending_frees).toBe(0); // back to the policy at once: no event, no queue
+    const same = a.alloc(8 * MiB, 0);
+    expect(same).toBe(p); // same stream: reused in stream order
+    a.free(same);
+    let d = a.stats().driver_calls as Record<string, number>;
+    expect(d.eventRecord ?? 0).toBe(0);
+    const q = a.alloc(8 * MiB, 1); // stream 0's block served to stream 1: stream 1 waits on stream 0 first
+    expect(q).toBe(p);
+    expect(a.stats().num_cross_stream_reuses).toBe(1);
+    lag.events().complete = false; // stream 1's kernels still run
+    a.free(q); // back to stream 0's pool only once the work queued on stream 1 is done
     expect(a.stats().pending_frees).toBe(1);
-    expect(a.stats()["active_bytes.all.current"]).toBeGreaterThan(0);
-    const q = a.alloc(8 * MiB, 1); // begin() saw the event complete (host: at once): the block may serve stream 1
-    expect(a.stats().pending_frees).toBe(0);
-    a.free(q);
+    expect(a.alloc(8 * MiB, 0)).not.toBe(p); // so stream 0 cannot have it yet
+    lag.events().complete = true;
     const r = a.alloc(MiB, 0);
     a.recordStream(r, 5);
-    a.free(r); // waits for its own stream and stream 5
-    const d = a.stats().driver_calls as Record<string, number>;
-    // 4 here, and 1 by the engine: serving stream 0's block on stream 1, it makes stream 1 wait on stream 0
-    expect(d.eventRecord).toBe(5);
+    lag.events().complete = false;
+    a.free(r); // used on stream 5 too: deferred until an event recorded there completes
+    expect(a.stats().num_deferred_frees).toBe(2);
+    d = a.stats().driver_calls as Record<string, number>;
+    // 1 for the cross-stream wait, 1 at the free of the block served that way, 1 for the record_stream free
+    expect(d.eventRecord).toBe(3);
     expect(d.streamWaitEvent).toBe(1);
-    expect(d.eventCreate).toBeLessThan(5); // the queue's events are recorded again (the engine keeps one per stream)
     expect(a.close().leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
   });
 });
