@@ -54,7 +54,7 @@ def tiny_model():
 
 if args.check == "smoke":
     t0 = time.perf_counter()
-    ours.enable(args.policy)
+    ours.enable(args.policy, record=True)  # its snapshot() needs the history
     out["enable_s"] = round(time.perf_counter() - t0, 3)
     model = tiny_model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)

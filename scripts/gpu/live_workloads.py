@@ -48,7 +48,7 @@ if args.allocator.startswith("ours:"):
     sys.path.insert(0, os.environ.get("GMLAKE_TORCH_PY", os.path.join(os.path.dirname(__file__), "../../packages/torch-alloc/python")))
     import gmlake_torch as ours  # noqa: E402
 
-    ours.enable(policy=spec[0], **knobs)
+    ours.enable(policy=spec[0], record=bool(args.record), **knobs)
 
 SEED = 1234
 random.seed(SEED)

@@ -301,7 +301,7 @@ def enable_with_stub_torch():
     sys.modules["torch"] = torch
     os.environ["GMLAKE_DRIVER"] = "host"
     os.environ["GMLAKE_KNOBS"] = "maxHandleBytes=33554432"
-    gmlake_torch.enable("vms")
+    gmlake_torch.enable("vms", record=True)
     if len(swapped) != 1 or not {"alloc", "free", "reset", "record_stream"} <= calls.keys():
         return f"enable() did not wire the allocator: swapped {len(swapped)}, hooks {sorted(calls)}"
     p = calls["alloc"](3 * MiB, 0, 0)

@@ -186,7 +186,7 @@ describe("knobs", () => {
 
 describe("the bridge", () => {
   it("answers the native ops and writes a snapshot that torch-trace reads", async () => {
-    const b = await createBridge({ policy: "gmlake", driver: "host" });
+    const b = await createBridge({ policy: "gmlake", driver: "host", record: true });
     expect(b.call(OP_PING, 42, 0, 0)).toBe(42);
     const p = b.call(OP_ALLOC, 3 * MiB, 0, 0);
     expect(p).toBeGreaterThan(0);

@@ -1,16 +1,17 @@
 """The stitching engine as PyTorch's CUDA allocator, in PyTorch's own process.
 
     import gmlake_torch
-    gmlake_torch.enable("vms")            # before the first CUDA tensor
+    gmlake_torch.enable("vms", record=True)  # before the first CUDA tensor; record: keep the history
     ...train...
     print(gmlake_torch.stats()["reserved_bytes.all.peak"])
-    gmlake_torch.snapshot("live.pickle")  # gmlake inspect / compare read it
+    gmlake_torch.snapshot("live.pickle")     # gmlake inspect / compare read it (needs record=True)
 
 Every alloc and free of PyTorch goes synchronously to @gmlake/stitch running in Node,
 which libgmlake_torch_alloc.so embeds (Debian's libnode, Node 18.20). Settings come from
 the call, else from the environment: GMLAKE_POLICY, GMLAKE_KNOBS ("k=v,k=v" or JSON),
 GMLAKE_DRIVER (cuda | host | sim), GMLAKE_THREADING (locker | thread),
-GMLAKE_POLICY_MODULE, GMLAKE_TORCH_ALLOC_LIB (the library's path).
+GMLAKE_POLICY_MODULE, GMLAKE_RECORD (1: keep the history for snapshot()),
+GMLAKE_TORCH_ALLOC_LIB (the library's path).
 """
 import ctypes
 import json
@@ -113,7 +114,7 @@ def _knobs_from_env():
     return out
 
 
-def start(policy=None, *, driver=None, threading=None, policy_module=None, record=True, device=0,
+def start(policy=None, *, driver=None, threading=None, policy_module=None, record=None, device=0,
           capacity_bytes=None, check_invariants=False, **knobs):
     """Starts the engine in this process without touching PyTorch (enable() uses it; so do
     tests that stand in for PyTorch). Returns the native handle. Raises GmlakeError."""
@@ -126,7 +127,9 @@ def start(policy=None, *, driver=None, threading=None, policy_module=None, recor
         "driver": driver or os.environ.get("GMLAKE_DRIVER", "cuda"),
         "knobs": {**_knobs_from_env(), **knobs},
         "device": device,
-        "record": bool(record),
+        # the history snapshot() writes: opt-in, as PyTorch's _record_memory_history (it costs
+        # about half of a call and grows with every allocation)
+        "record": bool(record) if record is not None else os.environ.get("GMLAKE_RECORD", "0") not in ("", "0", "false"),
         "checkInvariants": check_invariants,
     }
     module = policy_module or os.environ.get("GMLAKE_POLICY_MODULE")
@@ -180,12 +183,14 @@ def build_pair_bench(verbose=False):
     return _build_against_torch("pair_bench.cc", pair_bench_path(), ["c10", "c10_cuda"], cuda_headers=True, verbose=verbose)
 
 
-def enable(policy=None, *, driver=None, threading=None, policy_module=None, record=True, oom_shim=True, device=None,
+def enable(policy=None, *, driver=None, threading=None, policy_module=None, record=None, oom_shim=True, device=None,
            capacity_bytes=None, **knobs):
     """Makes the engine PyTorch's CUDA allocator (call it before the first CUDA tensor).
 
     policy: a built-in (caching, expandable, gmlake, vms) or one registered by policy_module;
     knobs: the policy's options (numbers, booleans, strings; text takes the knob's type).
+    record: keep the engine's history for snapshot() (default $GMLAKE_RECORD, else off:
+    it costs about half of each call, and grows with every allocation).
     Out of memory raises torch.cuda.OutOfMemoryError when libgmlake_oom.so is there
     (build_oom_shim()), else a RuntimeError starting "CUDA out of memory".
     capacity_bytes: a limit on the device memory the engine holds (to test out of memory).
@@ -233,7 +238,8 @@ def stats():
 
 
 def snapshot(path):
-    """Writes the engine's history as a PyTorch memory-viz pickle (gzip if path ends in .gz)."""
+    """Writes the engine's history as a PyTorch memory-viz pickle (gzip if path ends in .gz);
+    the engine must have been started with record=True (or GMLAKE_RECORD=1)."""
     err = _require().text(_TEXT_SNAPSHOT, os.path.abspath(path))
     if err:
         raise GmlakeError(err)
