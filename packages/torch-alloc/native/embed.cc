@@ -2,7 +2,8 @@
 // libnode.so.108): one Node environment per process, started on the first
 // gmlake_embed_start(), running native/boot.cjs, which imports the bridge (dist/bridge.js)
 // and through it @gmlake/stitch. Every allocator call becomes one synchronous call of the
-// bridge's `call(op, a, b, c)`.
+// bridge's `call(op, a, b, c)`, except frees, which are queued and handed over with the
+// next call (embed.h kFreeQueueSlots): one isolate entry per alloc+free pair, not two.
 //
 // Two ways for PyTorch's threads (the Python thread, autograd's backward thread) to reach
 // the one isolate, chosen at start (README "Threading", BENCHMARKS.md):
@@ -22,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -58,6 +60,13 @@ v8::Global<Function>* g_call = new v8::Global<Function>();
 v8::Global<Function>* g_text = new v8::Global<Function>();
 int g_threading = kThreadingLocker;
 bool g_started = false;
+
+// The free queue (embed.h): filled under g_freeMutex by any thread, handed to JS through
+// g_freeSlots (a Float64Array there) by whoever holds the isolate, before its call.
+std::mutex g_freeMutex;
+std::vector<double> g_freeQueue;  // (address, size, stream) each
+double g_freeSlots[2 + 3 * kFreeQueueSlots];
+bool g_freeQueueOn = false;  // the bridge took the slots (attachFreeQueue)
 std::string g_startError;  // sticky: a failed start is reported again, never retried
 thread_local std::string t_lastError;
 
@@ -196,7 +205,42 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
   }
   g_call->Reset(g_isolate, call.As<Function>());
   g_text->Reset(g_isolate, text.As<Function>());
+  Local<Value> attach;
+  if (bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "attachFreeQueue")).ToLocal(&attach) && attach->IsFunction()) {
+    std::shared_ptr<v8::BackingStore> store =
+        v8::ArrayBuffer::NewBackingStore(g_freeSlots, sizeof g_freeSlots, v8::BackingStore::EmptyDeleter, nullptr);
+    Local<v8::ArrayBuffer> ab = v8::ArrayBuffer::New(g_isolate, std::move(store));
+    Local<Value> aargv[1] = {v8::Float64Array::New(ab, 0, sizeof g_freeSlots / sizeof(double))};
+    if (attach.As<Function>()->Call(ctx, bridge, 1, aargv).IsEmpty()) {
+      *err = "the allocator's bridge refused the free queue: " + Describe(g_isolate, tc);
+      return false;
+    }
+    g_freeQueue.reserve(3 * kFreeQueueSlots);
+    g_freeQueueOn = true;
+  }
   return true;
+}
+
+// Holding the isolate: the queued frees into the slots JS reads at its next call.
+void HandOverFrees() {
+  std::lock_guard<std::mutex> lock(g_freeMutex);
+  size_t n = g_freeQueue.size();
+  if (n == 0) return;
+  std::memcpy(g_freeSlots + 2, g_freeQueue.data(), n * sizeof(double));
+  g_freeSlots[0] = static_cast<double>(n / 3);
+  g_freeQueue.clear();
+}
+
+char* TextJs(int op, const std::string& arg);
+
+// Holding the isolate, after a call: queued frees that failed (a free cannot fail towards
+// PyTorch) are said loudly, as an unqueued one would be.
+void ReportFreeErrors() {
+  if (g_freeSlots[1] == 0) return;
+  g_freeSlots[1] = 0;
+  char* msg = TextJs(kTextFreeErrors, "");
+  std::fprintf(stderr, "%s\n", msg);
+  std::free(msg);
 }
 
 // ---- one call into JS, on a thread that holds the isolate --------------------------------
@@ -209,6 +253,7 @@ double CallJs(int op, double a, double b, double c, std::string* err) {
   // Nothing else runs Node's loop: every 4096 calls it gets one non-blocking turn, so the
   // isolate's foreground tasks (GC follow-ups) and Node-API finalizers still run.
   if ((++g_calls & 4095) == 0) uv_run(g_setup->event_loop(), UV_RUN_NOWAIT);
+  if (g_freeQueueOn) HandOverFrees();
   TryCatch tc(g_isolate);
   Local<Value> argv[4] = {Number::New(g_isolate, op), Number::New(g_isolate, a), Number::New(g_isolate, b),
                           Number::New(g_isolate, c)};
@@ -218,6 +263,7 @@ double CallJs(int op, double a, double b, double c, std::string* err) {
     return kStatusError;
   }
   double v = r.As<Number>()->Value();
+  if (g_freeSlots[1] != 0) ReportFreeErrors();
   if (v < 0) {
     // The bridge's message for this failure, fetched while the isolate is still held (so
     // another thread's failure cannot replace it).
@@ -236,6 +282,7 @@ char* TextJs(int op, const std::string& arg) {
   Local<Context> ctx = g_setup->context();
   Context::Scope cs(ctx);
   TryCatch tc(g_isolate);
+  if (g_freeQueueOn && op != kTextFreeErrors) HandOverFrees();
   Local<Value> argv[2] = {Number::New(g_isolate, op), String::NewFromUtf8(g_isolate, arg.c_str()).ToLocalChecked()};
   Local<Value> r;
   std::string out;
@@ -374,6 +421,21 @@ extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
   if (!g_started) {
     t_lastError = "gmlake allocator: not started";
     return kStatusNotStarted;
+  }
+  if (op == kOpFree && g_freeQueueOn) {
+    {
+      std::lock_guard<std::mutex> lock(g_freeMutex);
+      if (g_freeQueue.size() < 3 * static_cast<size_t>(kFreeQueueSlots)) {
+        g_freeQueue.push_back(a);
+        g_freeQueue.push_back(b);
+        g_freeQueue.push_back(c);
+        return 0;
+      }
+    }
+    // full: hand the queue over now (this call's free goes in with it), as any call would
+    double r = gmlake_embed_call(kOpFlush, 0, 0, 0);
+    if (r < 0) return r;
+    return gmlake_embed_call(op, a, b, c);
   }
   if (g_threading == kThreadingThread) {
     std::lock_guard<std::mutex> lock(g_box.submit);

@@ -15,7 +15,14 @@ enum GmlakeOp {
   kOpRecordStream = 3,  // (address, stream) -> 0, or a negative status
   kOpEmptyCache = 4,    // () -> 0, or a negative status
   kOpPing = 5,          // (a) -> a: the bare round trip, for the threading benchmark
+  kOpFlush = 6,         // () -> 0: only hands the queued frees over (the queue is full)
 };
+
+// Frees need no answer, so gmlake_embed_call(kOpFree) only queues them (no isolate, a
+// mutex); the next call of any kind hands the queue to JS first, through a Float64Array
+// over this many slots: [0] frees queued, [1] of them failed (JS sets it), then
+// (address, size, stream) each. The engine sees every free before the call that follows it.
+constexpr int kFreeQueueSlots = 256;
 
 // Statuses below 0 returned by the operations.
 enum GmlakeStatus {
@@ -30,6 +37,7 @@ enum GmlakeTextOp {
   kTextSnapshot = 2,   // (path) -> "" or an error message; writes a memory-viz pickle
   kTextLastError = 3,  // (unused) -> the last error of this thread's design (OOM report or JS error)
   kTextClose = 4,      // (unused) -> "" or an error: frees every block, tears the policy down, checks leaks
+  kTextFreeErrors = 5, // (unused) -> why the queued frees that failed failed, one line each
 };
 
 // How callers reach the one V8 isolate.

@@ -3,7 +3,9 @@
  * loads the policy module if any, starts a LiveAllocator and returns two functions,
  * `call(op, a, b, c)` for the hot path (numbers in, a number out: an address, 0, or a
  * status < 0 with the message kept for `text(TEXT_LAST_ERROR)`) and `text(op, arg)` for
- * statistics, snapshots and close. Ops and statuses are native/embed.h's.
+ * statistics, snapshots and close, plus `attachFreeQueue`: frees the native side queued,
+ * taken at the start of every call (one isolate entry per alloc+free pair). Ops and
+ * statuses are native/embed.h's.
  */
 import { renameSync, writeFileSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
@@ -18,12 +20,16 @@ export const OP_FREE = 2;
 export const OP_RECORD_STREAM = 3;
 export const OP_EMPTY_CACHE = 4;
 export const OP_PING = 5;
+export const OP_FLUSH = 6;
 export const STATUS_OOM = -1;
 export const STATUS_ERROR = -2;
 export const TEXT_STATS = 1;
 export const TEXT_SNAPSHOT = 2;
 export const TEXT_LAST_ERROR = 3;
 export const TEXT_CLOSE = 4;
+export const TEXT_FREE_ERRORS = 5;
+/** Slots of the free queue (native/embed.h kFreeQueueSlots). */
+export const FREE_QUEUE_SLOTS = 256;
 
 export interface BridgeConfig extends LiveConfig {
   /** A module that registers a policy (registerPolicy at import) or exports one (default or `policy`). */
@@ -33,6 +39,11 @@ export interface BridgeConfig extends LiveConfig {
 export interface Bridge {
   call(op: number, a: number, b: number, c: number): number;
   text(op: number, arg: string): string;
+  /**
+   * The native side's free queue (embed.h): [0] frees queued, [1] of them failed (set
+   * here), then (address, size, stream) each; read at the start of every call and text.
+   */
+  attachFreeQueue(slots: Float64Array): void;
   readonly live: LiveAllocator;
 }
 
@@ -78,9 +89,31 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
     live.lastError = e instanceof Error ? e.message : String(e);
     return STATUS_ERROR;
   };
+  let queue: Float64Array | null = null;
+  const freeErrors: string[] = [];
+  /** The frees the native side queued, in their order, before anything else. */
+  const takeFrees = (q: Float64Array): void => {
+    const n = q[0]!;
+    q[0] = 0;
+    for (let i = 0, at = 2; i < n; i++, at += 3) {
+      try {
+        live.free(q[at]!);
+      } catch (e) {
+        freeErrors.push(`gmlake: free(0x${q[at]!.toString(16)}, ${q[at + 1]!}) failed: ${e instanceof Error ? e.message : String(e)}`);
+      }
+    }
+    if (freeErrors.length > 0) q[1] = freeErrors.length;
+  };
   return {
     live,
+    attachFreeQueue(slots) {
+      if (!(slots instanceof Float64Array) || slots.length !== 2 + 3 * FREE_QUEUE_SLOTS) {
+        throw new TypeError(`attachFreeQueue: expected a Float64Array of ${2 + 3 * FREE_QUEUE_SLOTS} slots`);
+      }
+      queue = slots;
+    },
     call(op, a, b, c) {
+      if (queue !== null && queue[0] !== 0) takeFrees(queue);
       try {
         switch (op) {
           case OP_ALLOC:
@@ -97,6 +130,8 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
             return 0;
           case OP_PING:
             return a;
+          case OP_FLUSH:
+            return 0;
           default:
             return fail(new Error(`unknown operation ${op}`));
         }
@@ -105,6 +140,11 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
       }
     },
     text(op, arg) {
+      if (op === TEXT_FREE_ERRORS) {
+        if (queue !== null) queue[1] = 0;
+        return freeErrors.splice(0).join("\n");
+      }
+      if (queue !== null && queue[0] !== 0) takeFrees(queue);
       try {
         switch (op) {
           case TEXT_STATS:

@@ -18,6 +18,8 @@ crash is then a failed case, not a lost run):
                                on a wrong device, never returns null (test/throw_check.cc)
   oom                          out of memory is a status with PyTorch's message, and the
                                allocator goes on working
+  bad-free                     a free of an address not live (queued for the next call) is
+                               said on stderr, and the allocator goes on working
   bad-module, no-libnode, bad-policy, bad-knob
                                a failing start is a clear error, twice, never a crash
 
@@ -245,6 +247,39 @@ def oom():
     return None
 
 
+def bad_free():
+    """A free of an address that is not live (PyTorch's free cannot fail): said on stderr,
+    also when it was queued for the next call, and the allocator goes on working."""
+    native = gmlake_torch.start("vms", driver="host")
+    st, a = native.try_alloc(MiB)
+    if st != 0:
+        return f"alloc failed: {native.error()}"
+    with tempfile.TemporaryFile() as err:
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            native.free(a, MiB)
+            native.free(a, MiB)  # again: not live any more
+            st, b = native.try_alloc(MiB)  # the call that takes the queued frees
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        said = err.read().decode(errors="replace")
+    if st != 0:
+        return f"alloc after the bad free failed: {native.error()}"
+    if f"free(0x{a:x}, {MiB}) failed" not in said or "did not hand out" not in said:
+        return f"the bad free was not reported on stderr: {said!r}"
+    native.free(b, MiB)
+    if gmlake_torch.stats()["live_blocks"] != 0:
+        return "a block is still live"
+    leaks = gmlake_torch.close()["leaks"]
+    if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
+        return f"leaked {leaks}"
+    print(json.dumps({"case": "bad-free", "stderr": said.strip()}))
+    return None
+
+
 def expect_start_error(pattern, **kw):
     for attempt in (1, 2):  # a failed start fails again the same way, it never crashes
         try:
@@ -338,6 +373,7 @@ CASES = {
     "enable": enable_with_stub_torch,
     "throw": throw_check,
     "oom": oom,
+    "bad-free": bad_free,
     "bad-module": bad_module,
     "no-libnode": lambda: expect_start_error("libnode.so.108 not found", policy="caching", driver="host"),
     "bad-policy": lambda: expect_start_error("nope", policy="nope", driver="host"),

@@ -6,7 +6,20 @@ import { readSnapshotBytes } from "@gmlake/torch-trace";
 import { afterAll, describe, expect, it } from "vitest";
 
 import { LiveAllocator, coerceKnobs, createBridge, parseKnobText } from "../src/index.js";
-import { OP_ALLOC, OP_FREE, OP_PING, STATUS_ERROR, STATUS_OOM, TEXT_CLOSE, TEXT_LAST_ERROR, TEXT_SNAPSHOT, TEXT_STATS } from "../src/bridge.js";
+import {
+  FREE_QUEUE_SLOTS,
+  OP_ALLOC,
+  OP_FLUSH,
+  OP_FREE,
+  OP_PING,
+  STATUS_ERROR,
+  STATUS_OOM,
+  TEXT_CLOSE,
+  TEXT_FREE_ERRORS,
+  TEXT_LAST_ERROR,
+  TEXT_SNAPSHOT,
+  TEXT_STATS,
+} from "../src/bridge.js";
 import { getPolicy } from "@gmlake/stitch";
 import { DriverAdaptor, type EventHandle, type VmmDriver } from "@gmlake/vmm";
 
@@ -201,6 +214,28 @@ describe("the bridge", () => {
     const snap = await readSnapshotBytes(readFileSync(path));
     expect(snap.events.length).toBeGreaterThan(0);
     expect(JSON.parse(b.text(TEXT_CLOSE, ""))).toEqual({ liveBlocksFreed: 0, leaks: { reservations: 0, mappings: 0, liveBytes: 0, events: 0 } });
+  });
+
+  it("takes the frees the native side queued before any other call, in order, and reports the bad ones", async () => {
+    const b = await createBridge({ policy: "caching", driver: "sim" });
+    const q = new Float64Array(2 + 3 * FREE_QUEUE_SLOTS);
+    b.attachFreeQueue(q);
+    expect(() => b.attachFreeQueue(new Float64Array(3))).toThrow(/Float64Array of/);
+    const p = b.call(OP_ALLOC, 2 * MiB, 0, 0);
+    const r = b.call(OP_ALLOC, 2 * MiB, 0, 0);
+    // queued: p, then p again (a double free), then r
+    q.set([3, 0, p, 2 * MiB, 0, p, 2 * MiB, 0, r, 2 * MiB, 0]);
+    expect(b.live.stats().live_blocks).toBe(2); // not taken yet
+    expect(b.call(OP_ALLOC, 2 * MiB, 0, 0)).toBe(p); // taken first: p is free again, and reused
+    expect(q[0]).toBe(0);
+    expect(q[1]).toBe(1); // one failed
+    expect(b.text(TEXT_FREE_ERRORS, "")).toMatch(/^gmlake: free\(0x[0-9a-f]+, 2097152\) failed: free of 0x[0-9a-f]+, which the allocator did not hand out/);
+    expect(q[1]).toBe(0);
+    q.set([1, 0, p, 2 * MiB, 0]);
+    expect(b.call(OP_FLUSH, 0, 0, 0)).toBe(0);
+    expect(JSON.parse(b.text(TEXT_STATS, "")).live_blocks).toBe(0);
+    q.set([0, 0]);
+    expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
   });
 
   it("loads a policy module that exports a policy, and reports a broken one clearly", async () => {
