@@ -40,7 +40,7 @@ if [ "$live" = 1 ]; then
     [ -f "$f" ] || { echo "bundle.sh --live: $f missing (build first)" >&2; exit 2; }
   done
   files=(package.json)
-  for p in vmm chunk-pool trace stitch torch-alloc; do
+  for p in errors vmm chunk-pool trace stitch torch-alloc; do  # torch-alloc and its @gmlake dependencies
     files+=("packages/$p/package.json" "packages/$p/dist")
     [ -d "packages/$p/node_modules/@gmlake" ] && files+=("packages/$p/node_modules/@gmlake")
   done
