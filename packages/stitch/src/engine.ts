@@ -39,6 +39,8 @@ export interface CloseReport {
 interface DeferredFree {
   readonly block: Block;
   readonly events: EventHandle[];
+  /** The stream each event was recorded on. */
+  readonly streams: readonly number[];
 }
 
 /**
@@ -182,12 +184,20 @@ export class Allocator {
   private completeDeferred(wait: boolean): void {
     const d = this.ctx.driver;
     let keep = 0;
+    // A stream whose event is not done yet: the later events on it are not either (stream
+    // order, and the list is in recording order), so one query per stream and poll.
+    const busy: number[] = [];
     for (let i = 0; i < this.deferred.length; i++) {
       const p = this.deferred[i]!;
       let done = true;
-      for (const e of p.events) {
+      for (let j = 0; j < p.events.length; j++) {
+        const e = p.events[j]!;
         if (wait) d.eventSynchronize(e);
-        else if (!d.eventQuery(e)) {
+        else if (busy.length > 0 && busy.includes(p.streams[j]!)) {
+          done = false;
+          break;
+        } else if (!d.eventQuery(e)) {
+          busy.push(p.streams[j]!);
           done = false;
           break;
         }
@@ -305,7 +315,7 @@ export class Allocator {
       this.freeCompleted(b);
       return;
     }
-    this.deferred.push({ block: b, events });
+    this.deferred.push({ block: b, events, streams });
     this.stats.numDeferredFrees++;
   }
 

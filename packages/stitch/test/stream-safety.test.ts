@@ -35,7 +35,9 @@ class StreamLog extends DriverAdaptor {
     this.log.push(`streamWaitEvent(${stream})`);
     super.streamWaitEvent(stream, e);
   }
+  queries = 0;
   override eventQuery(e: EventHandle): boolean {
+    this.queries++;
     return this.complete && super.eventQuery(e);
   }
   override eventSynchronize(e: EventHandle): void {
@@ -163,6 +165,25 @@ describe("stream safety", () => {
     expect(() => a.recordStream(c, 3)).toThrow(expect.objectContaining({ code: "BAD_ARGUMENT" }));
     const report = a.close();
     expect(report.liveBlocks).toBe(0);
+  });
+
+  it("a poll queries one event per busy stream: the later ones on it wait in stream order", () => {
+    const sim = new SimDriver();
+    const d = new StreamLog(sim);
+    const a = new Allocator("caching", d);
+    const bs = [a.malloc(MiB, 0), a.malloc(MiB, 0), a.malloc(MiB, 0)];
+    for (const b of bs) a.recordStream(b, 7);
+    d.complete = false;
+    for (const b of bs) a.free(b); // three frees waiting for stream 7 (each queried once at its free)
+    expect(a.deferredFrees).toBe(3);
+    const before = d.queries;
+    a.free(a.malloc(MiB, 0)); // one poll
+    expect(d.queries - before).toBe(1);
+    expect(a.deferredFrees).toBe(3);
+    d.complete = true;
+    a.free(a.malloc(MiB, 0));
+    expect(a.deferredFrees).toBe(0);
+    expect(a.close().liveBlocks).toBe(0);
   });
 
   it("close waits for deferred frees and leaves nothing", () => {
