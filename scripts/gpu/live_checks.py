@@ -86,7 +86,7 @@ if args.check == "smoke":
     done(finite and all(n in st for n in names) and os.path.getsize(snap) > 0 and st["calls"]["recordStreams"] > 0,
          losses=losses, stats={k: st[k] for k in names + ["num_sync_all_streams", "num_device_alloc", "driver_total_calls",
                                                           "driver_total_time_us"]},
-         deferred_frees=st["calls"]["deferredFrees"], snapshot=os.path.basename(snap), snapshot_bytes=os.path.getsize(snap))
+         deferred_frees=st["num_deferred_frees"], snapshot=os.path.basename(snap), snapshot_bytes=os.path.getsize(snap))
 
 if args.check == "oom":
     ours.enable(args.policy, capacity_bytes=2 << 30)

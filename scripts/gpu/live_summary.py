@@ -24,7 +24,7 @@ print("## checks\n\n| check | exit | ok | detail |\n| --- | ---: | --- | --- |")
 for r in rows:
     if r.get("check") in ("smoke", "oom", "capture"):
         detail = {"smoke": lambda: f"losses {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}, peak reserved {gib(r['stats']['reserved_bytes.all.peak'])} GiB, "
-                                   f"{r['stats']['driver_total_calls']} driver calls, {r['deferred_frees']} record_stream frees, snapshot {r['snapshot_bytes']} B",
+                                   f"{r['stats']['driver_total_calls']} driver calls, {r['deferred_frees']} deferred frees, snapshot {r['snapshot_bytes']} B",
                   "oom": lambda: f"{r.get('raised')} (shim {r.get('shim')}): {str(r.get('message'))[:120]}",
                   "capture": lambda: f"refused by {r.get('refused_by')}: {str(r.get('error'))[:120]}"}[r["check"]]
         try:
