@@ -9,6 +9,7 @@
  * data access treats both alike.
  */
 import { INVALID_VALUE, NOT_SUPPORTED, OUT_OF_MEMORY, hex, vmmError } from "./vmm-error.js";
+import { lowerBoundOf } from "./lower-bound.js";
 
 /**
  * Error codes CUDA gives for each misuse, as an H200 (driver 580.159, CUDA 13.0) answered
@@ -163,15 +164,7 @@ export class AddressSpace {
   // ---- reservations ----
 
   private indexOfStart(start: number): number {
-    const s = this.starts;
-    let lo = 0;
-    let hi = s.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (s[mid]! < start) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+    return lowerBoundOf(this.starts, start);
   }
 
   /** The reservation holding every byte of [address, address+size), if one does. */

@@ -1,3 +1,4 @@
+import { lowerBoundOf } from "./lower-bound.js";
 /**
  * Where cudaMalloc places a large allocation: a model of the CUDA driver's device heap,
  * inferred from the segment addresses PyTorch recorded on an H200 (driver 580, CUDA 13;
@@ -83,13 +84,7 @@ export class CudaMallocHeap {
       this.low = this.top;
       return;
     }
-    let lo = 0;
-    let hi = fs.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (fs[mid]! < address) lo = mid + 1;
-      else hi = mid;
-    }
+    const lo = lowerBoundOf(fs, address);
     let start = address;
     let end = address + size;
     let at = lo;

@@ -23,3 +23,4 @@ export { FaultDriver, withFaults, mulberry32, FAULT_CODES, type FaultPlan, type 
 export { warmUpDriver } from "./warm-up.js";
 export { createDriver, cudaAvailable, type CreateDriverOptions } from "./create-driver.js";
 export { probeCuda, probeCudaInProcess, cudaFirstUseProbe, describeProbe, type CudaProbe, type ProbeDevice, type ProbeOptions } from "./probe.js";
+export { lowerBound, lowerBoundOf } from "./lower-bound.js";
