@@ -135,7 +135,7 @@ main() {
     done
     # the export keeps the stacks: PyTorch'"'"'s viewer names the model'"'"'s code (GPT-2'"'"'s GELU, attention)
     node apps/cli/dist/main.js replay "$0/gpt2_ft_stacks.pickle.gz" -p caching --export memory-viz "$1/memviz-stacks.pickle"
-    python3 -m torch.cuda._memory_viz trace "$1/memviz-stacks.pickle" | grep -c "modeling_gpt2\|activations.py"' "$traces" "$work"
+    python3 "$2/memviz_frames.py" "$1/memviz-stacks.pickle"' "$traces" "$work" "$gpu_root/scripts/gpu"
   # shellcheck disable=SC2086
   step bench "$dest" node apps/bench/dist/main.js --traces "$traces" --drivers cuda,sim --capacity-factor 1.02 \
     --out "$work/bench" ${BENCH_ARGS:-}

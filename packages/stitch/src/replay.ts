@@ -1,4 +1,4 @@
-import { DRIVER_CALLS, withCapacity, type DriverCall, type DriverStats, type VmmDriver } from "@gmlake/vmm";
+import { DefaultStreamDriver, DRIVER_CALLS, withCapacity, type DriverCall, type DriverStats, type VmmDriver } from "@gmlake/vmm";
 import { EventKind, EventLog, type AllocatorSettings } from "@gmlake/trace";
 import type { Block } from "./block.js";
 import { Allocator } from "./engine.js";
@@ -136,7 +136,11 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     throw new StitchError("BAD_ARGUMENT", `Expected a non-negative integer capacity in bytes but received ${o.capacity}`);
   }
   const policy = typeof o.policy === "string" ? getPolicy(o.policy) : o.policy; // unknown names fail here, not at the first alloc
-  const driver = o.capacity !== undefined ? withCapacity(o.driver, o.capacity) : o.driver;
+  const limited = o.capacity !== undefined ? withCapacity(o.driver, o.capacity) : o.driver;
+  // A trace's stream values are handles of the process that recorded it: the cuda driver
+  // would dereference them (cuEventRecord on one segfaulted on the H200), so its stream
+  // calls go to the default stream. The policy still sees the trace's streams.
+  const driver = limited.name === "cuda" ? new DefaultStreamDriver(limited) : limited;
   const plan = planTrace(log);
   checkTrace(log, plan); // hostile or corrupt streams: one BAD_TRACE error naming the event
   if (o.until !== undefined && !(Number.isSafeInteger(o.until) && o.until >= 0)) {

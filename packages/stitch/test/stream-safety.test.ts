@@ -220,3 +220,37 @@ describe("stream safety in a replay (counted; bookkeeping on the sim)", () => {
     }
   }, 120_000);
 });
+
+describe("a replay on the cuda driver", () => {
+  const fsdp = tracePath("llama1b_fsdp.pickle.gz");
+  it.skipIf(!fsdp)("hands the driver's stream calls the default stream, never a recorded stream handle", async () => {
+    const snap = await readSnapshot(fsdp!);
+    // A sim that calls itself cuda and notes every stream it is handed (the real one
+    // dereferences them: a recorded handle of another process segfaulted on the H200).
+    const seen = new Set<number>();
+    class NamedCuda extends DriverAdaptor {
+      override get name() {
+        return "cuda" as const;
+      }
+      override eventRecord(event: EventHandle, stream: number) {
+        seen.add(stream);
+        super.eventRecord(event, stream);
+      }
+      override streamWaitEvent(stream: number, event: EventHandle) {
+        seen.add(stream);
+        super.streamWaitEvent(stream, event);
+      }
+      override streamSynchronize(stream: number) {
+        seen.add(stream);
+        super.streamSynchronize(stream);
+      }
+    }
+    const r = replay(snap.events, { policy: "vms", driver: new NamedCuda(new SimDriver()), settings: snap.allocatorSettings, recorder: null });
+    expect(r.streamSafety.crossStreamReuses).toBeGreaterThan(0);
+    expect([...seen]).toEqual([0]);
+    // the same replay on the sim (named sim) keeps the trace's streams: the policy's view is unchanged
+    const plain = replay(snap.events, { policy: "vms", driver: new SimDriver(), settings: snap.allocatorSettings, recorder: null });
+    expect(plain.peakReservedBytes).toBe(r.peakReservedBytes);
+    expect(plain.driverCalls).toEqual(r.driverCalls);
+  }, 120_000);
+});

@@ -18,6 +18,7 @@ export { SimDriver, type SimDriverOptions, SIM_VA_BASE, SIM_VA_LIMIT, H200_BYTES
 export { H200_COSTS, curveUs, type CostTable, type SizeCurve } from "./cost-model.js";
 export { MISUSE_CODES } from "./address-space.js";
 export { DriverAdaptor } from "./driver-adaptor.js";
+export { DefaultStreamDriver } from "./default-stream-driver.js";
 export { CapacityDriver, withCapacity } from "./capacity.js";
 export { FaultDriver, withFaults, mulberry32, FAULT_CODES, type FaultPlan, type FaultAt, type InjectedFault } from "./faults.js";
 export { warmUpDriver } from "./warm-up.js";
