@@ -3,7 +3,8 @@
 # stitching engine (packages/torch-alloc) beside PyTorch's own allocator.
 #   here:   bash scripts/gpu/bundle.sh --live        (.gpu/live.tar.xz, ~20 MiB)
 #   there:  `run` with carry [".gpu"] and: bash scripts/gpu/live-run.sh
-# Steps (STEPS=a,b,... picks; each under `timeout`, each runs whatever the others did):
+# Steps (STEPS=a,b,... picks them, default setup,checks,micro,threading,workloads,memcheck;
+# setup runs first, the others in STEPS's order; each command under `timeout`):
 #   setup      unpack, build memsampler.so, the OOM shim (torch.cuda.OutOfMemoryError) and,
 #              when micro runs, the C++ pair bench against this PyTorch
 #   checks     live_checks.py smoke (every built-in policy), oom, capture, and integrity for
@@ -69,17 +70,24 @@ pack() {
   tar -czf "$OUT/results.tar.gz.tmp" -C "$(dirname "$work")" "$(basename "$work")" && mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"
 }
 want() { [[ ",$steps," == *",$1,"* ]]; }
+for s in ${steps//,/ }; do
+  case $s in
+    setup | checks | micro | threading | workloads | timing | memcheck) ;;
+    *) echo "live-run: unknown step '$s' in STEPS (setup, checks, micro, threading, workloads, timing, memcheck)" >&2; exit 2 ;;
+  esac
+done
 # ALLOCATORS_<workload> when set (even empty), else ALLOCATORS
 allocators_of() { local v="ALLOCATORS_$1"; if [ -n "${!v+x}" ]; then echo "${!v}"; else echo "$allocators"; fi; }
-# A run's rough cost in seconds on the H200 (run 6: ~16 s of process start, model build and
-# first step, then the steps; opt1b_generate and gpt2_ft_ckpt were not measured: guessed).
+# A run's rough cost in seconds on the H200 (run 6: ~18 s of process start, model build and
+# first step, then the steps; opt1b_generate's ~1.5 s a round and gpt2_ft_ckpt's ~0.38 s a
+# step were not measured: guessed).
 run_cost() {
   local s
   case $1 in
     llama1b_fsdp) s=0.37 ;; gpt2_ft) s=0.28 ;; gpt2_ft_ckpt) s=0.38 ;; llama1b_lora) s=0.55 ;;
     opt1b_generate) s=1.5 ;; *) s=0.6 ;;
   esac
-  awk -v s="$s" -v n="$2" 'BEGIN { printf "%d", 16 + s * (n - 1) + 0.5 }'
+  awk -v s="$s" -v n="$2" 'BEGIN { printf "%d", 18 + s * (n - 1) + 0.5 }'
 }
 
 # run TAG LIMIT CMD...: one command under min(LIMIT, time left); its RESULT lines, tagged, go
@@ -125,7 +133,7 @@ for line in sys.stdin:
 } 2>&1 | tee "$work/machine.txt"
 touch "$work/results.jsonl"
 
-if want setup; then
+step_setup() {
   if [ ! -f .gpu/live.tar.xz ]; then
     echo "live-run: .gpu/live.tar.xz missing: run scripts/gpu/bundle.sh --live here and carry .gpu" >&2
     exit 2
@@ -138,12 +146,9 @@ if want setup; then
   if want micro; then
     run pair-bench "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-pair-bench
   fi
-fi
-sampler=()
-[ -f "$work/memsampler.so" ] && sampler=(--sampler "$work/memsampler.so")
-export GMLAKE_SNAPSHOT_DIR="$work"
+}
 
-if want checks; then
+step_checks() {
   for p in caching expandable gmlake vms; do
     run "smoke-$p" 60 "$python" scripts/gpu/live_checks.py smoke --policy "$p"
   done
@@ -156,23 +161,23 @@ if want checks; then
     run "integrity-${spec//[:,=]/_}" $((integrity_seconds + 60)) "$python" scripts/gpu/live_checks.py integrity \
       --policy "$p" --knobs "$k" --seconds "$integrity_seconds"
   done
-fi
+}
 
-if want micro; then
+step_micro() {
   for p in pytorch pytorch-expandable caching vms; do
     run "micro-$p" 45 "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs 200000
   done
-fi
+}
 
-if want threading; then
+step_threading() {
   b=packages/torch-alloc/build/bin/threading_bench
   lib=packages/torch-alloc/build/lib/libgmlake_torch_alloc.so
   for d in locker thread; do
     run "threading-$d" 30 bash -c "$b $lib $d --threads 2 --calls 50000 --policy vms --driver sim | sed 's/^/RESULT /'"
   done
-fi
+}
 
-if want workloads; then
+step_workloads() {
   est=0 n=0
   for w in $workloads; do
     for a in $(allocators_of "$w"); do
@@ -185,9 +190,9 @@ if want workloads; then
       run "$w-${a//[:,=]/_}" "${T_workloads:-${limit[workloads]}}" "$python" scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$live_steps" "${sampler[@]}"
     done
   done
-fi
+}
 
-if want timing; then
+step_timing() {
   read -ra tw <<<"$timing_workloads"
   read -ra ta <<<"$timing_allocators"
   est=0
@@ -201,16 +206,25 @@ if want timing; then
       done
     done
   done
-fi
+}
 
-if want memcheck; then
+step_memcheck() {
   if command -v compute-sanitizer >/dev/null; then
     run memcheck-vms "${T_memcheck:-${limit[memcheck]}}" compute-sanitizer --tool memcheck --leak-check no \
       --error-exitcode 9 "$python" scripts/gpu/live_checks.py smoke --policy vms --steps 4
   else
     echo "{\"tag\":\"memcheck-vms\",\"skipped\":\"no compute-sanitizer\"}" >>"$work/results.jsonl"
   fi
-fi
+}
+
+# setup first; the others in the order STEPS names them (what must not be cut short goes first)
+if want setup; then step_setup; fi
+sampler=()
+[ -f "$work/memsampler.so" ] && sampler=(--sampler "$work/memsampler.so")
+export GMLAKE_SNAPSHOT_DIR="$work"
+for s in ${steps//,/ }; do
+  [ "$s" = setup ] || "step_$s"
+done
 
 "$python" scripts/gpu/live_summary.py "$work" --warmup "$warmup" >"$OUT/live-summary.md" 2>&1
 cat "$OUT/live-summary.md"
