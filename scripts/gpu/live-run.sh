@@ -149,6 +149,10 @@ step_setup() {
 }
 
 step_checks() {
+  local n_int
+  n_int=$(wc -w <<<"$integrity_policies")
+  # run 6's costs: a smoke ~11 s, oom and capture ~6 s, an integrity run ~5 s beside its seconds
+  echo "== checks: 4 smoke, oom, capture, $n_int integrity runs of ${integrity_seconds} s, estimated ~$((56 + n_int * (integrity_seconds + 5))) s; $(left) s left"
   for p in caching expandable gmlake vms; do
     run "smoke-$p" 60 "$python" scripts/gpu/live_checks.py smoke --policy "$p"
   done
@@ -185,9 +189,15 @@ step_workloads() {
     done
   done
   echo "== workloads: $n runs of $live_steps steps, estimated ~${est} s; $(left) s left"
+  local -A seen=()  # a repeated allocator (pytorch twice: its own noise) gets its own tag and log
+  local tag c
   for w in $workloads; do
     for a in $(allocators_of "$w"); do
-      run "$w-${a//[:,=]/_}" "${T_workloads:-${limit[workloads]}}" "$python" scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$live_steps" "${sampler[@]}"
+      tag="$w-${a//[:,=]/_}"
+      c=${seen[$tag]:-0}
+      seen[$tag]=$((c + 1))
+      [ "$c" -gt 0 ] && tag="$tag-$((c + 1))"
+      run "$tag" "${T_workloads:-${limit[workloads]}}" "$python" scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$live_steps" "${sampler[@]}"
     done
   done
 }

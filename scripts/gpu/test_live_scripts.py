@@ -236,7 +236,7 @@ class LiveRun(unittest.TestCase):
                 f.write(FAKE_PYTHON)
             os.chmod(py, 0o755)
             env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), GMLAKE_RUN_DIR=os.path.join(d, "work"),
-                       STEPS="timing,workloads", WORKLOADS="gpt2_ft opt1b_generate", ALLOCATORS="pytorch ours:vms",
+                       STEPS="timing,workloads", WORKLOADS="gpt2_ft opt1b_generate", ALLOCATORS="pytorch ours:vms pytorch",
                        ALLOCATORS_opt1b_generate="ours:gmlake", LIVE_STEPS="4", TIMING_WORKLOADS="gpt2_ft llama1b_lora",
                        TIMING_ALLOCATORS="pytorch-expandable pytorch ours:vms", TIMING_REPS="2", TIMING_STEPS="6")
             p = subprocess.run(["bash", os.path.join(HERE, "live-run.sh")], capture_output=True, text=True, env=env,
@@ -248,10 +248,10 @@ class LiveRun(unittest.TestCase):
                 summary = f.read()
             print(p.stdout[-200:] + summary if os.environ.get("SHOW") else "", end="")
         tags = [r["tag"] for r in rows]  # in STEPS's order: timing, then workloads
-        self.assertEqual(tags[-3:], ["gpt2_ft-pytorch", "gpt2_ft-ours_vms", "opt1b_generate-ours_gmlake"])
+        self.assertEqual(tags[-4:], ["gpt2_ft-pytorch", "gpt2_ft-ours_vms", "gpt2_ft-pytorch-2", "opt1b_generate-ours_gmlake"])
         self.assertEqual(tags[:3], ["timing-gpt2_ft-pytorch-expandable-r1", "timing-gpt2_ft-pytorch-r1", "timing-gpt2_ft-ours_vms-r1"])
-        self.assertEqual(len(tags), 3 + 2 * 2 * 3)
-        self.assertEqual(tags[-4], "timing-llama1b_lora-ours_vms-r2")
+        self.assertEqual(len(tags), 4 + 2 * 2 * 3)
+        self.assertEqual(tags[-5], "timing-llama1b_lora-ours_vms-r2")
         self.assertEqual([r["rep"] for r in rows if r["tag"].startswith("timing-gpt2_ft-pytorch-r")], [1, 2])
         self.assertIn("estimated ~", p.stdout)
         self.assertIn("| gpt2_ft | ours:vms | 2 | 0.3300 (0.3300..0.3300) | 1.100 (1.100..1.100) | 1.100 (1.100..1.100) |", summary)
