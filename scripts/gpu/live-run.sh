@@ -3,20 +3,36 @@
 # stitching engine (packages/torch-alloc) beside PyTorch's own allocator.
 #   here:   bash scripts/gpu/bundle.sh --live        (.gpu/live.tar.xz, ~20 MiB)
 #   there:  `run` with carry [".gpu"] and: bash scripts/gpu/live-run.sh
-# Steps (STEPS=a,b,... picks; each under `timeout`, each runs whatever the others did):
-#   setup      unpack, build memsampler.so, the OOM shim (torch.cuda.OutOfMemoryError) and
-#              the C++ pair bench against this PyTorch
-#   checks     live_checks.py smoke (every built-in policy), oom, capture
+# Steps (STEPS=a,b,... picks them, default setup,checks,micro,threading,workloads,memcheck;
+# setup runs first, the others in STEPS's order; each command under `timeout`):
+#   setup      unpack, build memsampler.so, the OOM shim (torch.cuda.OutOfMemoryError) and,
+#              when micro runs, the C++ pair bench against this PyTorch
+#   checks     live_checks.py smoke (every built-in policy), oom, capture, and integrity for
+#              each of INTEGRITY_POLICIES (a pattern-checked stress: two threads, two streams,
+#              every tensor verified on the GPU before its free; PyTorch's own as the control)
 #   micro      per-call cost inside the PyTorch process: alloc+free pairs through
 #              torch.cuda.caching_allocator_alloc/delete, PyTorch default and expandable
 #              beside ours:caching and ours:vms (median, p99), from Python and from C++
 #   threading  threading_bench (CPU): a Locker per call vs one JS thread, on this host
 #   workloads  live_workloads.py: each of WORKLOADS under each of ALLOCATORS, LIVE_STEPS steps,
 #              device memory sampled every 100 us inside the steps (memsampler.so)
+#   timing     step times without the sampler: for each of TIMING_WORKLOADS, TIMING_REPS rounds,
+#              each round one run of every TIMING_ALLOCATORS in order (ABCD ABCD; round 1 of
+#              every workload before round 2, so a short call still has a full round), each
+#              TIMING_STEPS steps; the summary pairs step i with the reference's step i of the
+#              same round (same seeds: same shapes) over the steps >= WARMUP
 #   memcheck   compute-sanitizer --tool memcheck over live_checks.py smoke with ours:vms
 # Knobs: WORKLOADS (default gpt2_ft), ALLOCATORS (default: pytorch pytorch-expandable
-# ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=false), LIVE_STEPS (default 12), TOTAL seconds
-# for the whole call (default 560), T_<step> a step's limit, PYTHON (default python3).
+#   ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=false),
+#   ALLOCATORS_<workload> (that workload's own list instead of ALLOCATORS; empty = skip it),
+#   LIVE_STEPS (default 12), INTEGRITY_POLICIES (default: pytorch caching expandable gmlake
+#   vms,crossStream=true vms,crossStream=false; POLICY[,k=v...]), INTEGRITY_SECONDS (default
+#   20), TIMING_WORKLOADS (default llama1b_fsdp gpt2_ft llama1b_lora), TIMING_ALLOCATORS
+#   (default pytorch-expandable pytorch ours:vms ours:caching), TIMING_REPS (default 2),
+#   TIMING_STEPS (default 16), WARMUP (steps left out of step times and steady-state engine
+#   counts, default 3), TOTAL seconds for the whole call (default 560), T_<step> a step's
+#   limit, PYTHON (default python3). Before workloads and timing it prints its estimate of
+#   their time (run 6's costs) beside the time left; what does not fit is skipped, tagged.
 # Out ($OUT): live-run.log, live-summary.md (the tables), live-results.jsonl (every RESULT
 # line, tagged), results.tar.gz (per-step logs, snapshots), re-packed after every step.
 set -uo pipefail
@@ -33,8 +49,15 @@ steps=${STEPS:-setup,checks,micro,threading,workloads,memcheck}
 workloads=${WORKLOADS:-gpt2_ft}
 allocators=${ALLOCATORS:-pytorch pytorch-expandable ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=false}
 live_steps=${LIVE_STEPS:-12}
+integrity_policies=${INTEGRITY_POLICIES:-pytorch caching expandable gmlake vms,crossStream=true vms,crossStream=false}
+integrity_seconds=${INTEGRITY_SECONDS:-20}
+timing_workloads=${TIMING_WORKLOADS:-llama1b_fsdp gpt2_ft llama1b_lora}
+timing_allocators=${TIMING_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:caching}
+timing_reps=${TIMING_REPS:-2}
+timing_steps=${TIMING_STEPS:-16}
+warmup=${WARMUP:-3}
 total_limit=${TOTAL:-560}
-declare -A limit=([setup]=90 [checks]=150 [micro]=150 [threading]=60 [workloads]=400 [memcheck]=240)
+declare -A limit=([setup]=90 [checks]=150 [micro]=150 [threading]=60 [workloads]=400 [timing]=400 [memcheck]=240)
 export GMLAKE_TORCH_PY="$root/packages/torch-alloc/python"
 export PYTHONPATH="$GMLAKE_TORCH_PY${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -47,6 +70,25 @@ pack() {
   tar -czf "$OUT/results.tar.gz.tmp" -C "$(dirname "$work")" "$(basename "$work")" && mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"
 }
 want() { [[ ",$steps," == *",$1,"* ]]; }
+for s in ${steps//,/ }; do
+  case $s in
+    setup | checks | micro | threading | workloads | timing | memcheck) ;;
+    *) echo "live-run: unknown step '$s' in STEPS (setup, checks, micro, threading, workloads, timing, memcheck)" >&2; exit 2 ;;
+  esac
+done
+# ALLOCATORS_<workload> when set (even empty), else ALLOCATORS
+allocators_of() { local v="ALLOCATORS_$1"; if [ -n "${!v+x}" ]; then echo "${!v}"; else echo "$allocators"; fi; }
+# A run's rough cost in seconds on the H200 (run 6: ~18 s of process start, model build and
+# first step, then the steps; opt1b_generate's ~1.5 s a round and gpt2_ft_ckpt's ~0.38 s a
+# step were not measured: guessed).
+run_cost() {
+  local s
+  case $1 in
+    llama1b_fsdp) s=0.37 ;; gpt2_ft) s=0.28 ;; gpt2_ft_ckpt) s=0.38 ;; llama1b_lora) s=0.55 ;;
+    opt1b_generate) s=1.5 ;; *) s=0.6 ;;
+  esac
+  awk -v s="$s" -v n="$2" 'BEGIN { printf "%d", 18 + s * (n - 1) + 0.5 }'
+}
 
 # run TAG LIMIT CMD...: one command under min(LIMIT, time left); its RESULT lines, tagged, go
 # to results.jsonl; its output to $work/TAG.log (and here).
@@ -91,7 +133,7 @@ for line in sys.stdin:
 } 2>&1 | tee "$work/machine.txt"
 touch "$work/results.jsonl"
 
-if want setup; then
+step_setup() {
   if [ ! -f .gpu/live.tar.xz ]; then
     echo "live-run: .gpu/live.tar.xz missing: run scripts/gpu/bundle.sh --live here and carry .gpu" >&2
     exit 2
@@ -101,52 +143,100 @@ if want setup; then
   echo "== unpacked in $(elapsed "$t0") s"
   gcc -O2 -shared -fPIC -o "$work/memsampler.so" scripts/gpu/memsampler.c -ldl -lpthread || echo "memsampler build failed"
   run oom-shim "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-oom-shim
-  run pair-bench "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-pair-bench
-fi
-sampler=()
-[ -f "$work/memsampler.so" ] && sampler=(--sampler "$work/memsampler.so")
-export GMLAKE_SNAPSHOT_DIR="$work"
+  if want micro; then
+    run pair-bench "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-pair-bench
+  fi
+}
 
-if want checks; then
+step_checks() {
+  local n_int
+  n_int=$(wc -w <<<"$integrity_policies")
+  # run 6's costs: a smoke ~11 s, oom and capture ~6 s, an integrity run ~5 s beside its seconds
+  echo "== checks: 4 smoke, oom, capture, $n_int integrity runs of ${integrity_seconds} s, estimated ~$((56 + n_int * (integrity_seconds + 5))) s; $(left) s left"
   for p in caching expandable gmlake vms; do
     run "smoke-$p" 60 "$python" scripts/gpu/live_checks.py smoke --policy "$p"
   done
   run oom 60 "$python" scripts/gpu/live_checks.py oom --policy vms
   run capture 60 "$python" scripts/gpu/live_checks.py capture --policy vms
-fi
+  for spec in $integrity_policies; do
+    p=${spec%%,*}
+    k=
+    [[ $spec == *,* ]] && k=${spec#*,}
+    run "integrity-${spec//[:,=]/_}" $((integrity_seconds + 60)) "$python" scripts/gpu/live_checks.py integrity \
+      --policy "$p" --knobs "$k" --seconds "$integrity_seconds"
+  done
+}
 
-if want micro; then
+step_micro() {
   for p in pytorch pytorch-expandable caching vms; do
     run "micro-$p" 45 "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs 200000
   done
-fi
+}
 
-if want threading; then
+step_threading() {
   b=packages/torch-alloc/build/bin/threading_bench
   lib=packages/torch-alloc/build/lib/libgmlake_torch_alloc.so
   for d in locker thread; do
     run "threading-$d" 30 bash -c "$b $lib $d --threads 2 --calls 50000 --policy vms --driver sim | sed 's/^/RESULT /'"
   done
-fi
+}
 
-if want workloads; then
+step_workloads() {
+  est=0 n=0
   for w in $workloads; do
-    for a in $allocators; do
-      run "$w-${a//[:,=]/_}" "${T_workloads:-${limit[workloads]}}" "$python" scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$live_steps" "${sampler[@]}"
+    for a in $(allocators_of "$w"); do
+      est=$((est + $(run_cost "$w" "$live_steps"))) n=$((n + 1))
     done
   done
-fi
+  echo "== workloads: $n runs of $live_steps steps, estimated ~${est} s; $(left) s left"
+  local -A seen=()  # a repeated allocator (pytorch twice: its own noise) gets its own tag and log
+  local tag c
+  for w in $workloads; do
+    for a in $(allocators_of "$w"); do
+      tag="$w-${a//[:,=]/_}"
+      c=${seen[$tag]:-0}
+      seen[$tag]=$((c + 1))
+      [ "$c" -gt 0 ] && tag="$tag-$((c + 1))"
+      run "$tag" "${T_workloads:-${limit[workloads]}}" "$python" scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$live_steps" "${sampler[@]}"
+    done
+  done
+}
 
-if want memcheck; then
+step_timing() {
+  read -ra tw <<<"$timing_workloads"
+  read -ra ta <<<"$timing_allocators"
+  est=0
+  for w in "${tw[@]}"; do est=$((est + $(run_cost "$w" "$timing_steps") * ${#ta[@]} * timing_reps)); done
+  echo "== timing: ${#tw[@]} workloads x ${#ta[@]} allocators x $timing_reps rounds of $timing_steps steps, no sampler, estimated ~${est} s; $(left) s left"
+  for ((rep = 1; rep <= timing_reps; rep++)); do
+    for w in "${tw[@]}"; do
+      for a in "${ta[@]}"; do
+        run "timing-$w-${a//[:,=]/_}-r$rep" "${T_timing:-${limit[timing]}}" "$python" scripts/gpu/live_workloads.py "$w" \
+          --allocator "$a" --steps "$timing_steps" --rep "$rep"
+      done
+    done
+  done
+}
+
+step_memcheck() {
   if command -v compute-sanitizer >/dev/null; then
     run memcheck-vms "${T_memcheck:-${limit[memcheck]}}" compute-sanitizer --tool memcheck --leak-check no \
       --error-exitcode 9 "$python" scripts/gpu/live_checks.py smoke --policy vms --steps 4
   else
     echo "{\"tag\":\"memcheck-vms\",\"skipped\":\"no compute-sanitizer\"}" >>"$work/results.jsonl"
   fi
-fi
+}
 
-"$python" scripts/gpu/live_summary.py "$work" >"$OUT/live-summary.md" 2>&1
+# setup first; the others in the order STEPS names them (what must not be cut short goes first)
+if want setup; then step_setup; fi
+sampler=()
+[ -f "$work/memsampler.so" ] && sampler=(--sampler "$work/memsampler.so")
+export GMLAKE_SNAPSHOT_DIR="$work"
+for s in ${steps//,/ }; do
+  [ "$s" = setup ] || "step_$s"
+done
+
+"$python" scripts/gpu/live_summary.py "$work" --warmup "$warmup" >"$OUT/live-summary.md" 2>&1
 cat "$OUT/live-summary.md"
 pack
 echo "live-run: done in $(elapsed "$t_start") s"

@@ -1,7 +1,7 @@
 """Checks of the live allocator inside PyTorch on a GPU, one per process (the allocator
 is chosen once per process). Prints one "RESULT {json}" line; exit 0 = the check passed.
 
-usage: python3 live_checks.py CHECK [--policy P]
+usage: python3 live_checks.py CHECK [--policy P] [--knobs k=v,...] [--seconds S]
   smoke    a small transformer trains --steps (20) steps through ours (two streams, record_stream,
            empty_cache, backward on autograd's thread); the losses finite (their equality
            with PyTorch's own allocator is live_workloads.py's to show); stats() under
@@ -14,6 +14,17 @@ usage: python3 live_checks.py CHECK [--policy P]
            caching_allocator_delete (a window of 64 live blocks, sizes 512 B .. 64 MiB),
            each pair timed; then the same pairs from C++ (libgmlake_pair_bench.so, through
            c10's raw_alloc/raw_delete: no Python in the loop); --policy pytorch for PyTorch's own
+  integrity a pattern-checked stress run for --seconds (20): two Python threads, each on its own
+           CUDA stream, each with a window of live tensors replaced in random order (sizes
+           512 B .. 256 MiB log-uniform; now and then several large frees then one larger
+           alloc, which vms serves by stitching); each tensor is int32-filled with its own id
+           on its stream, some are read on the other stream too (wait_stream + record_stream),
+           and before its free its content is compared with its id ON THE GPU into a per-stream
+           mismatch counter (no sync per tensor); at random the streams are made to lag
+           (torch.cuda._sleep), so that a reuse before the last use finished shows as a
+           mismatch. At the end: the counters 0, nothing left allocated, no pending frees.
+           --policy pytorch / pytorch-expandable: the same through PyTorch's own (the control)
+--knobs: the policy's knobs (ours), as gmlake_torch's GMLAKE_KNOBS text: "crossStream=false,..."
 """
 import argparse
 import json
@@ -22,11 +33,19 @@ import sys
 import time
 
 ap = argparse.ArgumentParser()
-ap.add_argument("check", choices=["smoke", "oom", "capture", "micro"])
+ap.add_argument("check", choices=["smoke", "oom", "capture", "micro", "integrity"])
 ap.add_argument("--policy", default="vms", help="ours: a policy; pytorch / pytorch-expandable: PyTorch's own (micro)")
 ap.add_argument("--pairs", type=int, default=200_000)
 ap.add_argument("--steps", type=int, default=20, help="smoke: training steps")
+ap.add_argument("--seconds", type=float, default=20.0, help="integrity: how long the stress runs")
+ap.add_argument("--knobs", default="", help="ours: the policy's knobs, k=v,k=v")
+ap.add_argument("--seed", type=int, default=1234)
 args = ap.parse_args()
+try:
+    knobs = dict(kv.split("=", 1) for kv in args.knobs.split(",") if kv.strip())
+except ValueError:
+    print(f"live_checks: --knobs: expected k=v,k=v, got {args.knobs!r}", file=sys.stderr)
+    sys.exit(2)
 
 if args.policy == "pytorch-expandable":
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
@@ -38,6 +57,8 @@ if not args.policy.startswith("pytorch"):
 import torch  # noqa: E402
 
 out = {"check": args.check, "policy": args.policy, "torch": torch.__version__}
+if knobs:
+    out["knobs"] = knobs
 
 
 def done(ok, **kw):
@@ -54,7 +75,7 @@ def tiny_model():
 
 if args.check == "smoke":
     t0 = time.perf_counter()
-    ours.enable(args.policy, record=True)  # its snapshot() needs the history
+    ours.enable(args.policy, record=True, **knobs)  # its snapshot() needs the history
     out["enable_s"] = round(time.perf_counter() - t0, 3)
     model = tiny_model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -176,3 +197,126 @@ if args.check == "micro":
     done(True, pairs=len(ts), median_us=round(med, 3), p99_us=round(p99, 3), mean_us=round(sum(ts) / len(ts) / 1000, 3),
          timer_median_us=round(loop[len(loop) // 2] / 1000, 3), native=native,
          engine=(ours.stats()["driver_total_calls"] if ours is not None else None))
+
+if args.check == "integrity":
+    import random
+    import threading
+
+    if ours is not None:
+        ours.enable(args.policy, **knobs)
+    MiB = 1 << 20
+    WINDOW = 48  # live tensors per thread
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    # one mismatch counter per stream, only ever added to on its own stream (so in stream order)
+    bad = [torch.zeros((), dtype=torch.int64, device="cuda") for _ in streams]
+    # the positive control: the comparison counts a wrong content (the check can fail)
+    probe = torch.empty(1000, dtype=torch.int32, device="cuda").fill_(7)
+    control = int((probe != 8).sum().item())
+    del probe
+    torch.cuda.synchronize()
+
+    def allocated():
+        return ours.stats()["allocated_bytes.all.current"] if ours is not None else torch.cuda.memory_allocated()
+
+    allocated0 = allocated()  # the counters only
+    sleep = getattr(torch.cuda, "_sleep", None)
+    deadline = time.perf_counter() + args.seconds
+    per_thread = [dict(allocs=0, bytes=0, cross_uses=0, stitch_rounds=0, lags=0) for _ in streams]
+    errors = []
+
+    def stress(me):
+        rng = random.Random(args.seed + me)
+        mine, other = streams[me], streams[1 - me]
+        n = per_thread[me]
+        next_tag = [me << 29]
+        window = []  # [tensor, tag]
+
+        def new(nbytes):
+            t = torch.empty(max(1, nbytes // 4), dtype=torch.int32, device="cuda")
+            tag = next_tag[0] = next_tag[0] + 1
+            t.fill_(tag)
+            n["allocs"] += 1
+            n["bytes"] += t.numel() * 4
+            if rng.random() < 0.15:  # read on the other stream too: it waits for the fill, the allocator for its read
+                other.wait_stream(mine)
+                with torch.cuda.stream(other):
+                    bad[1 - me].add_((t != tag).sum())
+                t.record_stream(other)
+                n["cross_uses"] += 1
+            return [t, tag]
+
+        def retire(entry):
+            t, tag = entry
+            bad[me].add_((t != tag).sum())  # queued on mine, before the free below
+            entry.clear()
+            del t
+
+        def rand_bytes():
+            return int(2 ** rng.uniform(9, 28))  # 512 B .. 256 MiB, log-uniform
+
+        with torch.cuda.stream(mine):
+            window.extend(new(rand_bytes()) for _ in range(WINDOW))
+            while time.perf_counter() < deadline:
+                r = rng.random()
+                if r < 0.02:
+                    # several large frees (kept apart by smaller live tensors), then one larger alloc:
+                    # larger than each free block, so vms stitches the freed handles into one range
+                    bigs = []
+                    for _ in range(rng.randint(3, 6)):
+                        bigs.append(new(rng.randint(32, 128) * MiB))
+                        j = rng.randrange(WINDOW)  # a separator from the large pool, made after this big one
+                        retire(window[j])
+                        window[j] = new(rng.randint(2, 8) * MiB)
+                    total = sum(b[0].numel() * 4 for b in bigs)
+                    for b in bigs:
+                        retire(b)
+                    j = rng.randrange(WINDOW)
+                    retire(window[j])
+                    window[j] = new(int(total * 0.9))
+                    n["stitch_rounds"] += 1
+                elif r < 0.03 and sleep is not None:
+                    sleep(rng.randint(20_000, 2_000_000))  # this stream lags (~10 us .. 1 ms): reuse races widen
+                    n["lags"] += 1
+                else:
+                    j = rng.randrange(WINDOW)
+                    retire(window[j])
+                    window[j] = new(rand_bytes())
+            for e in window:
+                retire(e)
+            window.clear()
+
+    def body(me):
+        try:
+            stress(me)
+        except Exception as e:  # reported in the result, the check fails
+            errors.append(f"thread {me}: {type(e).__name__}: {str(e)[:300]}")
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(len(streams))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    torch.cuda.synchronize()
+    ran_s = time.perf_counter() - t0
+    mismatches = sum(int(b.item()) for b in bad)
+    # one more call lets the engine retire the deferred frees whose events have completed
+    torch.empty(1, device="cuda")
+    torch.cuda.synchronize()
+    left_bytes = allocated() - allocated0
+    res = dict(mismatches=mismatches, control_mismatches=control, threads=per_thread, errors=errors,
+               allocs=sum(n["allocs"] for n in per_thread), bytes=sum(n["bytes"] for n in per_thread),
+               seconds_run=round(ran_s, 2), left_allocated_bytes=left_bytes)
+    ok = not errors and mismatches == 0 and control == 1000 and left_bytes == 0
+    if ours is not None:
+        st = ours.stats()
+        res["engine"] = {k: st.get(k) for k in ("num_cross_stream_reuses", "num_deferred_frees", "pending_frees", "live_blocks",
+                                                 "num_sync_all_streams", "num_alloc_retries", "num_ooms", "reserved_bytes.all.peak",
+                                                 "driver_total_calls", "driver_total_time_us", "cross_stream_reuse", "counters")}
+        res["engine"]["driver_calls"] = {k: v for k, v in (st.get("driver_calls") or {}).items() if v}
+        ok = ok and st.get("pending_frees") == 0
+    else:
+        st = torch.cuda.memory_stats()
+        res["torch_stats"] = {k: st.get(k) for k in ("num_alloc_retries", "num_ooms", "reserved_bytes.all.peak", "num_device_alloc",
+                                                     "num_sync_all_streams")}
+    done(ok, **res)

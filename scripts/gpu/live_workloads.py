@@ -5,16 +5,20 @@ The models, shapes and seeds of ../shared/workloads/workloads.py (gpt2_ft, gpt2_
 llama1b_fsdp, llama1b_lora, opt1b_generate), plus the project's own workloads whose largest
 buffers change size every step (qwen_lora_bigvocab, gpt2_offload, moe_ft, gpt2_microbatch).
 
-usage: python3 live_workloads.py NAME --allocator A [--steps N] [--record PATH] [--sampler SO]
+usage: python3 live_workloads.py NAME --allocator A [--steps N] [--record PATH] [--sampler SO] [--rep N]
   A = pytorch              PyTorch's default caching allocator
       pytorch-expandable   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
       ours:POLICY[,k=v...] the stitching engine in this process (packages/torch-alloc)
   --record PATH   dump a memory-history snapshot (pickle, gzip when PATH ends in .gz); with
                   ours, the engine's own history (gmlake_torch.snapshot)
   --sampler SO    memsampler.so: device memory in use sampled every 100 us inside the steps
+  --rep N         the round of live-run.sh's `timing` step this run belongs to (kept in the result)
 
 Measured: per step the wall time, the loss (training) or a checksum of the tokens
-(generation) and the sampled peak of device memory in use; the allocator's own peaks.
+(generation) and the sampled peak of device memory in use; the allocator's own peaks. With
+ours, per step also what the engine did in it (`step_engine`: the deltas of its driver calls
+by kind, num_sync_all_streams and num_cross_stream_reuses, read from stats() after the
+step's clock stopped, so the read is not in the step's time).
 """
 import argparse, gzip, json, os, pickle, random, sys, time
 
@@ -24,6 +28,7 @@ ap.add_argument("--allocator", default="pytorch")
 ap.add_argument("--steps", type=int, default=12)
 ap.add_argument("--record", default=None)
 ap.add_argument("--sampler", default=None)
+ap.add_argument("--rep", type=int, default=None)
 args = ap.parse_args()
 
 if args.allocator == "pytorch-expandable":
@@ -83,15 +88,42 @@ steps_out = []
 
 
 def step_begin():
+    if ours is not None and engine_last is None:
+        engine_delta()  # the baseline: what the model's build cost is not step 0's
     if sampler is not None:
         sampler.reset()
     return time.perf_counter()
 
 
+ENGINE_COUNTS = ("num_sync_all_streams", "num_cross_stream_reuses", "num_deferred_frees")
+engine_last = None  # the engine's counts at the end of the previous step (or before the first)
+
+
+def engine_counts():
+    st = ours.stats()
+    c = {k: int(st.get(k) or 0) for k in ENGINE_COUNTS}
+    c.update({"driver." + k: int(v) for k, v in (st.get("driver_calls") or {}).items()})
+    c["driver_us"] = float(st.get("driver_total_time_us") or 0)
+    return c
+
+
+def engine_delta():
+    """What the engine did since the last call: only the non-zero counts (a JSON text op, ~once per step)."""
+    global engine_last
+    now = engine_counts()
+    last = engine_last or {}
+    engine_last = now
+    return {k: round(v - last.get(k, 0), 1) if k == "driver_us" else v - last.get(k, 0)
+            for k, v in now.items() if v != last.get(k, 0)}
+
+
 def step_end(t0, value):
     torch.cuda.synchronize()
-    steps_out.append({"s": time.perf_counter() - t0, "value": value,
-                      "peak_used": int(sampler.peak_used()) if sampler is not None else None})
+    s = time.perf_counter() - t0
+    out = {"s": s, "value": value, "peak_used": int(sampler.peak_used()) if sampler is not None else None}
+    if ours is not None:
+        out["engine"] = engine_delta()
+    steps_out.append(out)
 
 
 def train_loop(model, vocab, batch, lens, opt, autocast=True, offload=False, micro=None):
@@ -240,6 +272,7 @@ def main():
         "used_before_bytes": total - free0,
         "peak_used_bytes": max(used) if used else None,
         "samples": int(sampler.samples()) if sampler is not None else None,
+        "sampler": sampler is not None, "rep": args.rep,
         "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
     }
     if ours is None:
@@ -249,6 +282,7 @@ def main():
                    num_ooms=st.get("num_ooms"))
     else:
         res["engine"] = ours.stats()
+        res["step_engine"] = [s["engine"] for s in steps_out]
     if args.record and ours is not None:
         # the engine's own history, as a memory-viz pickle (gzip when PATH ends in .gz)
         ours.snapshot(args.record)

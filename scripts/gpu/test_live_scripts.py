@@ -1,0 +1,263 @@
+"""Tests of the live run's scripts that need no GPU and no torch: live_summary.py's logic (on
+run 6's real results and on made-up ones), live_checks.py integrity over a fake torch (the
+pass, a corrupted fill caught, knobs reaching ours), and live-run.sh's loops with a fake
+python (tags, rounds, per-workload allocator lists, the summary's timing table).
+
+usage: python3 scripts/gpu/test_live_scripts.py   (from the repository root or anywhere)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+RUN6 = os.path.join(ROOT, "benchmarks", "h200-2026-12-01", "live-results-run6.jsonl")
+sys.path.insert(0, HERE)
+import live_summary  # noqa: E402
+
+# A stand-in for torch, enough for live_checks.py integrity: a tensor is one value over its
+# elements; `t != v` counts the elements that differ; memory_allocated() counts live bytes.
+FAKE_TORCH = '''
+import contextlib, os, threading
+__version__ = "fake"
+int32, int64 = "int32", "int64"
+_lock = threading.Lock()
+_live = [0]
+_fills = [0]
+_corrupt = int(os.environ.get("FAKE_CORRUPT", "0"))
+
+class Tensor:
+    def __init__(self, n, v=0):
+        self._n, self._v, self._bytes = n, v, 4 * n
+        with _lock:
+            _live[0] += self._bytes
+    def __del__(self):
+        with _lock:
+            _live[0] -= self._bytes
+    def numel(self):
+        return self._n
+    def fill_(self, v):
+        with _lock:
+            _fills[0] += 1
+            bad = _corrupt and _fills[0] % _corrupt == 0
+        self._v = v + 1 if bad else v
+        return self
+    def __ne__(self, v):
+        return Tensor(self._n, self._n if self._v != v else 0)
+    def sum(self):
+        return Tensor(1, self._v)
+    def add_(self, o):
+        self._v += o._v
+        return self
+    def item(self):
+        return self._v
+    def record_stream(self, s):
+        assert isinstance(s, cuda.Stream)
+
+def empty(n, dtype=None, device=None):
+    return Tensor(n if isinstance(n, int) else 1)
+
+def zeros(shape, dtype=None, device=None):
+    return Tensor(1, 0)
+
+class _Cuda:
+    _tls = threading.local()
+    class Stream:
+        def wait_stream(self, other):
+            assert isinstance(other, _Cuda.Stream)
+    @contextlib.contextmanager
+    def stream(self, s):
+        prev = getattr(self._tls, "s", None)
+        self._tls.s = s
+        try:
+            yield
+        finally:
+            self._tls.s = prev
+    def synchronize(self):
+        pass
+    def _sleep(self, cycles):
+        pass
+    def memory_allocated(self):
+        return _live[0]
+    def memory_stats(self):
+        return {"num_alloc_retries": 0}
+
+cuda = _Cuda()
+'''
+
+FAKE_OURS = '''
+import json, os
+import torch
+_knobs = None
+def enable(policy, **knobs):
+    global _knobs
+    _knobs = dict(knobs, policy=policy)
+def stats():
+    return {"allocated_bytes.all.current": torch._live[0], "pending_frees": 0, "num_cross_stream_reuses": 3,
+            "num_deferred_frees": 2, "driver_total_calls": 5, "driver_calls": {"memMap": 5, "memUnmap": 0},
+            "enabled_with": _knobs}
+'''
+
+
+class Summary(unittest.TestCase):
+    def test_paired_ratio_per_step_and_per_round(self):
+        # round 1: 2x the reference after warm-up; round 2: 1x
+        xs = [[9, 9, 9, 2, 2], [9, 9, 9, 1, 1]]
+        refs = [[1, 1, 1, 1, 1], [1, 1, 1, 1, 1]]
+        med, lo, hi = live_summary.paired(xs, refs, 3)
+        self.assertAlmostEqual(med, 1.5)
+        self.assertEqual((lo, hi), (1.0, 2.0))
+        self.assertIsNone(live_summary.paired(xs, refs, 5))  # nothing after warm-up
+        # unequal lengths: only the steps every pair has
+        self.assertAlmostEqual(live_summary.paired([[1, 1, 1, 3, 3, 3]], [[1, 1, 1, 1]], 3)[0], 3.0)
+
+    def test_values_rule_on_run6(self):
+        rows, _ = live_summary.load([RUN6])
+        refs = live_summary.value_refs(rows)
+        ref, noise, exact = refs["llama1b_fsdp"]
+        self.assertFalse(exact)
+        self.assertEqual(ref["median_step_s"], rows[[r.get("workload") for r in rows].index("llama1b_fsdp")]["median_step_s"])
+        self.assertAlmostEqual(noise, 1.09e-4, delta=0.01e-4)
+        vms = next(r for r in rows if r.get("workload") == "llama1b_fsdp" and r.get("allocator") == "ours:vms")
+        diff, ok = live_summary.value_verdict(vms, refs)
+        self.assertEqual(ok, "yes")
+        self.assertEqual(live_summary.value_verdict(ref, refs)[0], "reference")
+        far = dict(vms, values=[v * 1.01 for v in vms["values"]])  # 1% off: outside 3 x 1.1e-4
+        self.assertEqual(live_summary.value_verdict(far, refs)[1], "NO")
+
+    def test_generation_checksums_exact(self):
+        rows = [{"workload": "opt1b_generate", "allocator": a, "values": v, "tag": t}
+                for a, v, t in [("pytorch", [5, 6, 7], "w1"), ("pytorch", [5, 6, 7], "w2"),
+                                ("ours:vms", [5, 6, 7, 8], "timing-x-r1"), ("ours:gmlake", [5, 6, 9], "w3")]]
+        refs = live_summary.value_refs(rows)
+        self.assertEqual(refs["opt1b_generate"][1:], (0, True))
+        self.assertEqual(live_summary.value_verdict(rows[2], refs), ("0 of 3 differ", "yes"))
+        self.assertEqual(live_summary.value_verdict(rows[3], refs), ("1 of 3 differ", "NO"))
+
+    def test_engine_steady_state(self):
+        r = {"step_engine": [{"driver.memMap": 100}, {}, {}, {"driver.memMap": 2, "num_sync_all_streams": 1},
+                             {"driver.memMap": 4, "driver.eventRecord": 2}]}
+        n, tot = live_summary.engine_steady(r, 3)
+        self.assertEqual((n, tot), (2, {"driver.memMap": 6, "num_sync_all_streams": 1, "driver.eventRecord": 2}))
+
+    def test_cli_on_run6_and_bad_input(self):
+        out = subprocess.run([sys.executable, os.path.join(HERE, "live_summary.py"), RUN6], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("Tolerance rule", out.stdout)
+        self.assertIn("| llama1b_fsdp | ours:vms | 0 | 8 |", out.stdout)
+        bad = subprocess.run([sys.executable, os.path.join(HERE, "live_summary.py"), "/nonexistent/x.jsonl"],
+                             capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertEqual(len(bad.stderr.strip().splitlines()), 1)
+
+
+class Integrity(unittest.TestCase):
+    def run_check(self, *argv, corrupt=0):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "torch"))
+            with open(os.path.join(d, "torch", "__init__.py"), "w") as f:
+                f.write(FAKE_TORCH)
+            os.makedirs(os.path.join(d, "ours", "gmlake_torch"))
+            with open(os.path.join(d, "ours", "gmlake_torch", "__init__.py"), "w") as f:
+                f.write(FAKE_OURS)
+            env = dict(os.environ, PYTHONPATH=d, GMLAKE_TORCH_PY=os.path.join(d, "ours"), FAKE_CORRUPT=str(corrupt))
+            p = subprocess.run([sys.executable, os.path.join(HERE, "live_checks.py"), "integrity", "--seconds", "0.5", *argv],
+                               capture_output=True, text=True, env=env, timeout=60)
+        lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+        self.assertEqual(len(lines), 1, p.stdout + p.stderr)
+        return p.returncode, json.loads(lines[0][len("RESULT "):])
+
+    def test_pytorch_control_passes(self):
+        rc, r = self.run_check("--policy", "pytorch")
+        self.assertEqual((rc, r["ok"], r["mismatches"], r["left_allocated_bytes"]), (0, True, 0, 0), r)
+        self.assertEqual(r["control_mismatches"], 1000)
+        self.assertGreater(r["allocs"], 100)
+        self.assertTrue(all(t["allocs"] > 0 and t["cross_uses"] > 0 for t in r["threads"]))
+        self.assertGreater(sum(t["stitch_rounds"] for t in r["threads"]), 0)
+
+    def test_a_wrong_content_is_caught(self):
+        rc, r = self.run_check("--policy", "pytorch", corrupt=50)
+        self.assertEqual((rc, r["ok"]), (1, False))
+        self.assertGreater(r["mismatches"], 0)
+
+    def test_ours_gets_the_knobs_and_reports_the_engine(self):
+        rc, r = self.run_check("--policy", "vms", "--knobs", "crossStream=false")
+        self.assertEqual((rc, r["ok"]), (0, True), r)
+        self.assertEqual(r["knobs"], {"crossStream": "false"})
+        self.assertEqual(r["engine"]["num_cross_stream_reuses"], 3)
+        self.assertEqual(r["engine"]["driver_calls"], {"memMap": 5})
+
+    def test_bad_knobs_one_line_exit_2(self):
+        p = subprocess.run([sys.executable, os.path.join(HERE, "live_checks.py"), "integrity", "--knobs", "oops"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+
+
+FAKE_PYTHON = '''#!/usr/bin/env bash
+# live-run.sh's PYTHON: live_workloads.py answers with a made-up RESULT, the rest is python3
+if [ "$1" = scripts/gpu/live_workloads.py ]; then
+  exec python3 - "$@" <<'EOF'
+import json, sys
+a = sys.argv[1:]
+w, alloc, steps = a[1], a[a.index("--allocator") + 1], int(a[a.index("--steps") + 1])
+rep = int(a[a.index("--rep") + 1]) if "--rep" in a else None
+slow = 1.1 if alloc == "ours:vms" else 1.0
+res = {"workload": w, "allocator": alloc, "steps": steps, "median_step_s": 0.3, "wall_s": 1.0,
+       "values": [10.0 + i for i in range(steps)], "step_s": [2.0] + [0.3 * slow] * (steps - 1),
+       "rep": rep, "sampler": "--sampler" in a}
+if alloc.startswith("ours:"):
+    res["engine"] = {"reserved_bytes.all.peak": 1 << 30, "driver_total_calls": 9, "driver_total_time_us": 10.0}
+    res["step_engine"] = [{"driver.memMap": 9}] + [{"driver.memMap": 1, "num_sync_all_streams": 1}] * (steps - 1)
+print("RESULT " + json.dumps(res))
+EOF
+fi
+exec python3 "$@"
+'''
+
+
+class LiveRun(unittest.TestCase):
+    def test_unknown_step_one_line_exit_2(self):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, OUT=os.path.join(d, "out"), GMLAKE_RUN_DIR=os.path.join(d, "work"), STEPS="timing,bogus")
+            p = subprocess.run(["bash", os.path.join(HERE, "live-run.sh")], capture_output=True, text=True, env=env,
+                               cwd=ROOT, timeout=60)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("unknown step 'bogus'", p.stdout + p.stderr)
+
+    def test_loops_tags_and_summary(self):
+        with tempfile.TemporaryDirectory() as d:
+            py = os.path.join(d, "python")
+            with open(py, "w") as f:
+                f.write(FAKE_PYTHON)
+            os.chmod(py, 0o755)
+            env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), GMLAKE_RUN_DIR=os.path.join(d, "work"),
+                       STEPS="timing,workloads", WORKLOADS="gpt2_ft opt1b_generate", ALLOCATORS="pytorch ours:vms pytorch",
+                       ALLOCATORS_opt1b_generate="ours:gmlake", LIVE_STEPS="4", TIMING_WORKLOADS="gpt2_ft llama1b_lora",
+                       TIMING_ALLOCATORS="pytorch-expandable pytorch ours:vms", TIMING_REPS="2", TIMING_STEPS="6")
+            p = subprocess.run(["bash", os.path.join(HERE, "live-run.sh")], capture_output=True, text=True, env=env,
+                               cwd=ROOT, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+            with open(os.path.join(d, "out", "live-results.jsonl")) as f:
+                rows = [json.loads(l) for l in f]
+            with open(os.path.join(d, "out", "live-summary.md")) as f:
+                summary = f.read()
+            print(p.stdout[-200:] + summary if os.environ.get("SHOW") else "", end="")
+        tags = [r["tag"] for r in rows]  # in STEPS's order: timing, then workloads
+        self.assertEqual(tags[-4:], ["gpt2_ft-pytorch", "gpt2_ft-ours_vms", "gpt2_ft-pytorch-2", "opt1b_generate-ours_gmlake"])
+        self.assertEqual(tags[:3], ["timing-gpt2_ft-pytorch-expandable-r1", "timing-gpt2_ft-pytorch-r1", "timing-gpt2_ft-ours_vms-r1"])
+        self.assertEqual(len(tags), 4 + 2 * 2 * 3)
+        self.assertEqual(tags[-5], "timing-llama1b_lora-ours_vms-r2")
+        self.assertEqual([r["rep"] for r in rows if r["tag"].startswith("timing-gpt2_ft-pytorch-r")], [1, 2])
+        self.assertIn("estimated ~", p.stdout)
+        self.assertIn("| gpt2_ft | ours:vms | 2 | 0.3300 (0.3300..0.3300) | 1.100 (1.100..1.100) | 1.100 (1.100..1.100) |", summary)
+        self.assertIn("| gpt2_ft | pytorch | 2 | 0.3000 (0.3000..0.3000) | 1.000 (1.000..1.000) | self: 1.000 (1.000..1.000) |", summary)
+        self.assertIn("| gpt2_ft | ours:vms | timing r1 | 3 | 1.0 | memMap 1.0 |", summary)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
