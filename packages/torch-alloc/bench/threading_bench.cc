@@ -1,13 +1,21 @@
 // Per-call latency of the allocator library as PyTorch calls it, for choosing the
-// threading design (README "Threading", BENCHMARKS.md). Loads libgmlake_torch_alloc.so
-// with dlopen (RTLD_LOCAL, as ctypes does), starts it with one design, then from T
-// threads at once times each call on its own:
-//   ping - the bare round trip C++ -> JS -> C++ (gmlake_ping)
-//   pair - an alloc + free pair through the engine (a window of 64 live blocks per
-//          thread, sizes 512 B to 8 MiB, each thread on its own stream)
+// threading design (README "Threading") and for the per-call cost part by part
+// (BENCHMARKS.md). Loads libgmlake_torch_alloc.so with dlopen (RTLD_LOCAL, as ctypes
+// does), starts it with one design, then times each call on its own:
+//   ping_1/_n  the bare round trip C++ -> JS -> C++ (gmlake_ping), 1 and T threads
+//   pair_1/_n  an alloc + free pair through the engine (a window of 64 live blocks per
+//              thread, sizes 512 B to 8 MiB, random replacement, each thread on its own stream)
+//   pb_pair    pairs in the pattern of the in-PyTorch benchmark (python/gmlake_torch/pair_bench.cc:
+//              sizes 512 B << 0..17, the oldest of 64 replaced, stream 0), 1 thread, with
+//   pb_alloc, pb_free  its two halves timed apart (a free only queues: embed.h)
+//   js_pair    the same loop run inside the embedded Node (gmlake_bench_js_pairs): the
+//              JS engine's work alone, mean ns per pair
+//   capture_check  one cuStreamIsCapturing(legacy stream) in a loop, when libcuda.so.1 loads and
+//              cuInit succeeds (else {"skipped": why}); with --driver cuda every alloc
+//              and free of the pairs above pays it too (torch_alloc.cc)
 // One design per process (Node starts once per process).
-//   threading_bench LIB locker|thread [--threads T] [--calls N] [--policy P] [--driver host|sim]
-// prints one JSON object: medians and p99 in microseconds.
+//   threading_bench LIB locker|thread [--threads T] [--calls N] [--policy P] [--driver host|sim|cuda]
+// prints one JSON object on one line: medians, p99 and means in microseconds.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -27,12 +35,45 @@ using ErrFn = const char* (*)();
 using PingFn = double (*)(double);
 using TryAllocFn = int (*)(size_t, int, void*, void**);
 using FreeFn = void (*)(void*, size_t, int, void*);
+using JsPairsFn = double (*)(int, void*);
 
 StartFn start;
 ErrFn lastError;
 PingFn ping;
 TryAllocFn tryAlloc;
 FreeFn freeFn;
+JsPairsFn jsPairs;
+
+// libcuda, when present: PyTorch's threads have the device's primary context current;
+// the benchmark's threads get it too (MakeCurrent), and the capture check is timed alone.
+using CuInitFn = int (*)(unsigned);
+using CuDeviceGetFn = int (*)(int*, int);
+using CuPrimaryRetainFn = int (*)(void**, int);
+using CuCtxSetCurrentFn = int (*)(void*);
+using CuIsCapturingFn = int (*)(void*, int*);
+void* g_ctx = nullptr;
+CuCtxSetCurrentFn cuCtxSetCurrent = nullptr;
+CuIsCapturingFn cuStreamIsCapturing = nullptr;
+
+// "" when libcuda is usable, else why not.
+std::string LoadCuda() {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (cuda == nullptr) return "no libcuda.so.1";
+  auto init = reinterpret_cast<CuInitFn>(dlsym(cuda, "cuInit"));
+  auto deviceGet = reinterpret_cast<CuDeviceGetFn>(dlsym(cuda, "cuDeviceGet"));
+  auto retain = reinterpret_cast<CuPrimaryRetainFn>(dlsym(cuda, "cuDevicePrimaryCtxRetain"));
+  cuCtxSetCurrent = reinterpret_cast<CuCtxSetCurrentFn>(dlsym(cuda, "cuCtxSetCurrent"));
+  cuStreamIsCapturing = reinterpret_cast<CuIsCapturingFn>(dlsym(cuda, "cuStreamIsCapturing"));
+  if (!init || !deviceGet || !retain || !cuCtxSetCurrent || !cuStreamIsCapturing) return "libcuda.so.1 lacks an entry point";
+  int r = init(0), dev = 0;
+  if (r != 0) return "cuInit failed (" + std::to_string(r) + ")";
+  if ((r = deviceGet(&dev, 0)) != 0 || (r = retain(&g_ctx, dev)) != 0) return "no primary context (" + std::to_string(r) + ")";
+  return "";
+}
+
+void MakeCurrent() {
+  if (g_ctx != nullptr) cuCtxSetCurrent(g_ctx);
+}
 
 struct Summary {
   double median, p99, mean;
@@ -50,6 +91,7 @@ double Us(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::ti
 }
 
 void PingThread(int calls, std::vector<double>* out) {
+  MakeCurrent();
   out->reserve(calls);
   for (int i = 0; i < calls; ++i) {
     auto t0 = std::chrono::steady_clock::now();
@@ -64,6 +106,7 @@ void PingThread(int calls, std::vector<double>* out) {
 }
 
 void PairThread(int id, int calls, std::vector<double>* out) {
+  MakeCurrent();
   out->reserve(calls);
   std::mt19937_64 rng(1234 + id);
   void* stream = reinterpret_cast<void*>(static_cast<uintptr_t>(id == 0 ? 0 : 0x1000 + id));
@@ -98,6 +141,66 @@ void PairThread(int id, int calls, std::vector<double>* out) {
   for (const Live& l : window) freeFn(l.p, l.size, 0, stream);
 }
 
+// pair_bench.cc's pattern on stream 0, each pair and each of its halves timed.
+void PbPairs(int calls, std::vector<double>* pair, std::vector<double>* alloc, std::vector<double>* free) {
+  MakeCurrent();
+  std::mt19937_64 rng(1234);
+  std::vector<size_t> sizes(4096);
+  for (size_t& s : sizes) s = size_t(512) << (rng() % 18);
+  std::vector<void*> window(64);
+  std::vector<size_t> windowSize(64);
+  auto take = [&](size_t size) {
+    void* p = nullptr;
+    if (tryAlloc(size, 0, nullptr, &p) != 0) {
+      std::fprintf(stderr, "alloc failed: %s\n", lastError());
+      std::exit(1);
+    }
+    return p;
+  };
+  for (int i = 0; i < 64; ++i) window[i] = take(windowSize[i] = sizes[i]);
+  const int warm = calls / 10;
+  for (int i = 0; i < calls + warm; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    void* p = take(sizes[i & 4095]);
+    auto t1 = std::chrono::steady_clock::now();
+    freeFn(window[i & 63], windowSize[i & 63], 0, nullptr);
+    auto t2 = std::chrono::steady_clock::now();
+    window[i & 63] = p;
+    windowSize[i & 63] = sizes[i & 4095];
+    if (i >= warm) {
+      pair->push_back(Us(t0, t2));
+      alloc->push_back(Us(t0, t1));
+      free->push_back(Us(t1, t2));
+    }
+  }
+  for (int i = 0; i < 64; ++i) freeFn(window[i], windowSize[i], 0, nullptr);
+}
+
+// One cuStreamIsCapturing on the legacy stream (PyTorch's default), timed alone.
+std::vector<double> CaptureChecks(int calls) {
+  MakeCurrent();
+  std::vector<double> t;
+  t.reserve(calls);
+  for (int i = 0; i < calls; ++i) {
+    int status = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    int r = cuStreamIsCapturing(nullptr, &status);
+    auto t1 = std::chrono::steady_clock::now();
+    if (r != 0 || status != 0) {
+      std::fprintf(stderr, "cuStreamIsCapturing: %d (status %d)\n", r, status);
+      std::exit(1);
+    }
+    t.push_back(Us(t0, t1));
+  }
+  return t;
+}
+
+std::string Json(const Summary& s) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "{\"median_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f}", s.median, s.p99, s.mean);
+  return buf;
+}
+
 template <class F>
 Summary RunThreads(int threads, F body) {
   std::vector<std::vector<double>> per(threads);
@@ -113,7 +216,7 @@ Summary RunThreads(int threads, F body) {
 
 int main(int argc, char** argv) {
   if (argc < 3 || (std::strcmp(argv[2], "locker") != 0 && std::strcmp(argv[2], "thread") != 0)) {
-    std::fprintf(stderr, "usage: threading_bench LIB locker|thread [--threads T] [--calls N] [--policy P] [--driver host|sim]\n");
+    std::fprintf(stderr, "usage: threading_bench LIB locker|thread [--threads T] [--calls N] [--policy P] [--driver host|sim|cuda]\n");
     return 2;
   }
   int threads = 2, calls = 20000;
@@ -143,6 +246,17 @@ int main(int argc, char** argv) {
   ping = reinterpret_cast<PingFn>(dlsym(lib, "gmlake_ping"));
   tryAlloc = reinterpret_cast<TryAllocFn>(dlsym(lib, "gmlake_try_alloc"));
   freeFn = reinterpret_cast<FreeFn>(dlsym(lib, "gmlake_free"));
+  jsPairs = reinterpret_cast<JsPairsFn>(dlsym(lib, "gmlake_bench_js_pairs"));
+  if (!start || !lastError || !ping || !tryAlloc || !freeFn || !jsPairs) {
+    std::fprintf(stderr, "threading_bench: %s lacks an entry point\n", argv[1]);
+    return 1;
+  }
+  std::string noCuda = LoadCuda();
+  if (driver == "cuda" && !noCuda.empty()) {
+    std::fprintf(stderr, "threading_bench: --driver cuda: %s\n", noCuda.c_str());
+    return 1;
+  }
+  MakeCurrent();
   std::string config = "{\"policy\":\"" + policy + "\",\"driver\":\"" + driver + "\",\"record\":false}";
   bool thread = std::strcmp(argv[2], "thread") == 0;
   auto t0 = std::chrono::steady_clock::now();
@@ -157,13 +271,24 @@ int main(int argc, char** argv) {
   RunThreads(1, [&](int id, std::vector<double>* v) { PairThread(id, calls / 10 + 1, v); });  // warm-up
   Summary a1 = RunThreads(1, [&](int id, std::vector<double>* v) { PairThread(id, calls, v); });
   Summary an = RunThreads(threads, [&](int id, std::vector<double>* v) { PairThread(id, calls, v); });
+  std::vector<double> pbPair, pbAlloc, pbFree;
+  PbPairs(calls, &pbPair, &pbAlloc, &pbFree);
+  double jsNs = jsPairs(calls, nullptr);
+  if (jsNs < 0) {
+    std::fprintf(stderr, "threading_bench: js_pair failed: %s\n", lastError());
+    return 1;
+  }
+  std::string capture = "{\"skipped\":\"" + noCuda + "\"}";
+  if (noCuda.empty()) {
+    std::vector<double> c = CaptureChecks(calls);
+    capture = Json(Summarize(c));
+  }
   std::printf(
       "{\"threading\":\"%s\",\"policy\":\"%s\",\"driver\":\"%s\",\"threads\":%d,\"calls\":%d,\"start_ms\":%.1f,"
-      "\"ping_1\":{\"median_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f},"
-      "\"ping_n\":{\"median_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f},"
-      "\"pair_1\":{\"median_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f},"
-      "\"pair_n\":{\"median_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f}}\n",
-      argv[2], policy.c_str(), driver.c_str(), threads, calls, startMs, p1.median, p1.p99, p1.mean, pn.median, pn.p99,
-      pn.mean, a1.median, a1.p99, a1.mean, an.median, an.p99, an.mean);
+      "\"ping_1\":%s,\"ping_n\":%s,\"pair_1\":%s,\"pair_n\":%s,\"pb_pair\":%s,\"pb_alloc\":%s,\"pb_free\":%s,"
+      "\"js_pair\":{\"mean_us\":%.3f},\"capture_check\":%s}\n",
+      argv[2], policy.c_str(), driver.c_str(), threads, calls, startMs, Json(p1).c_str(), Json(pn).c_str(), Json(a1).c_str(),
+      Json(an).c_str(), Json(Summarize(pbPair)).c_str(), Json(Summarize(pbAlloc)).c_str(), Json(Summarize(pbFree)).c_str(),
+      jsNs / 1000, capture.c_str());
   return 0;
 }

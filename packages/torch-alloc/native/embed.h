@@ -16,6 +16,7 @@ enum GmlakeOp {
   kOpEmptyCache = 4,    // () -> 0, or a negative status
   kOpPing = 5,          // (a) -> a: the bare round trip, for the threading benchmark
   kOpFlush = 6,         // () -> 0: only hands the queued frees over (the queue is full)
+  kOpBenchPairs = 7,    // (pairs, 0, stream) -> ns per alloc+free pair timed inside JS (threading_bench's js_pair)
 };
 
 // Frees need no answer, so gmlake_embed_call(kOpFree) only queues them (no isolate, a

@@ -333,4 +333,10 @@ GMLAKE_EXPORT void gmlake_text_free(char* s) { std::free(s); }
 /** The bare round trip into JS and back (the threading benchmark's unit). */
 GMLAKE_EXPORT double gmlake_ping(double x) { return g_call != nullptr ? g_call(kOpPing, x, 0, 0) : static_cast<double>(kStatusNotStarted); }
 
+/** The JS side alone: ns per alloc+free pair of bench/live-pair.mjs's loop, run inside the embedded Node. */
+GMLAKE_EXPORT double gmlake_bench_js_pairs(int pairs, void* stream) {
+  return g_call != nullptr ? g_call(kOpBenchPairs, pairs, 0, static_cast<double>(reinterpret_cast<uintptr_t>(stream)))
+                           : static_cast<double>(kStatusNotStarted);
+}
+
 GMLAKE_EXPORT void gmlake_set_oom_thrower(OomThrower fn) { g_oomThrower = fn; }

@@ -14,6 +14,7 @@ import { pathToFileURL } from "node:url";
 import { getPolicy, registerPolicy, type Policy } from "@gmlake/stitch";
 
 import { LiveAllocator, type LiveConfig } from "./live-allocator.js";
+import { PairPattern } from "./pair-pattern.js";
 
 export const OP_ALLOC = 1;
 export const OP_FREE = 2;
@@ -21,6 +22,8 @@ export const OP_RECORD_STREAM = 3;
 export const OP_EMPTY_CACHE = 4;
 export const OP_PING = 5;
 export const OP_FLUSH = 6;
+/** (pairs, unused, stream) -> ns per alloc+free pair of bench/live-pair.mjs's loop, run here (threading_bench's js_pair). */
+export const OP_BENCH_PAIRS = 7;
 export const STATUS_OOM = -1;
 export const STATUS_ERROR = -2;
 export const TEXT_STATS = 1;
@@ -104,7 +107,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
     }
     if (freeErrors.length > 0) q[1] = freeErrors.length;
   };
-  return {
+  const bridge: Bridge = {
     live,
     attachFreeQueue(slots) {
       if (!(slots instanceof Float64Array) || slots.length !== 2 + 3 * FREE_QUEUE_SLOTS) {
@@ -132,6 +135,13 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
             return a;
           case OP_FLUSH:
             return 0;
+          case OP_BENCH_PAIRS: {
+            const pattern = new PairPattern(bridge.call, c, device);
+            pattern.run(Math.ceil(a / 10)); // warm-up: JIT, caches
+            const ns = pattern.time(a);
+            pattern.drain();
+            return ns;
+          }
           default:
             return fail(new Error(`unknown operation ${op}`));
         }
@@ -168,4 +178,5 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
       }
     },
   };
+  return bridge;
 }

@@ -9,6 +9,7 @@ import { LiveAllocator, coerceKnobs, createBridge, parseKnobText } from "../src/
 import {
   FREE_QUEUE_SLOTS,
   OP_ALLOC,
+  OP_BENCH_PAIRS,
   OP_FLUSH,
   OP_FREE,
   OP_PING,
@@ -235,6 +236,17 @@ describe("the bridge", () => {
     expect(b.call(OP_FLUSH, 0, 0, 0)).toBe(0);
     expect(JSON.parse(b.text(TEXT_STATS, "")).live_blocks).toBe(0);
     q.set([0, 0]);
+    expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
+  });
+
+  it("times the per-call benchmark's pairs inside the engine and leaves nothing behind", async () => {
+    const b = await createBridge({ policy: "vms", driver: "sim" });
+    const ns = b.call(OP_BENCH_PAIRS, 2000, 0, 0);
+    expect(ns).toBeGreaterThan(0);
+    const st = b.live.stats() as { live_blocks: number; calls: { allocs: number; frees: number } };
+    expect(st.live_blocks).toBe(0);
+    expect(st.calls.allocs).toBe(64 + 200 + 2000); // the window, the warm-up, the timed pairs
+    expect(st.calls.frees).toBe(st.calls.allocs);
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
   });
 
