@@ -2,8 +2,9 @@
 // libnode.so.108): one Node environment per process, started on the first
 // gmlake_embed_start(), running native/boot.cjs, which imports the bridge (dist/bridge.js)
 // and through it @gmlake/stitch. Every allocator call becomes one synchronous call of the
-// bridge's `call(op, a, b, c)`, except frees, which are queued and handed over with the
-// next call (embed.h kFreeQueueSlots): one isolate entry per alloc+free pair, not two.
+// bridge's `call(op, a, b, c)` (its arguments and answer passed through shared slots,
+// attachCallSlots), except frees, which are queued and handed over with the next call
+// (embed.h kFreeQueueSlots): one isolate entry per alloc+free pair, not two.
 //
 // Two ways for PyTorch's threads (the Python thread, autograd's backward thread) to reach
 // the one isolate, chosen at start (README "Threading", BENCHMARKS.md):
@@ -56,8 +57,9 @@ using v8::Value;
 node::InitializationResult* g_init = nullptr;
 node::CommonEnvironmentSetup* g_setup = nullptr;
 Isolate* g_isolate = nullptr;
-v8::Global<Function>* g_call = new v8::Global<Function>();
 v8::Global<Function>* g_text = new v8::Global<Function>();
+v8::Global<Function>* g_slotCall = new v8::Global<Function>();  // the bridge's attachCallSlots answer
+double g_callSlots[4];  // (op, a, b, c) in, the answer in [0]: read by g_slotCall
 int g_threading = kThreadingLocker;
 bool g_started = false;
 
@@ -203,7 +205,6 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
     *err = "the allocator's bridge has no call/text functions";
     return false;
   }
-  g_call->Reset(g_isolate, call.As<Function>());
   g_text->Reset(g_isolate, text.As<Function>());
   Local<Value> attach;
   if (bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "attachFreeQueue")).ToLocal(&attach) && attach->IsFunction()) {
@@ -218,6 +219,20 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
     g_freeQueue.reserve(3 * kFreeQueueSlots);
     g_freeQueueOn = true;
   }
+  Local<Value> attachCall, slotCall;
+  if (!bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "attachCallSlots")).ToLocal(&attachCall) ||
+      !attachCall->IsFunction()) {
+    *err = "the allocator's bridge has no attachCallSlots function";
+    return false;
+  }
+  std::shared_ptr<v8::BackingStore> slots =
+      v8::ArrayBuffer::NewBackingStore(g_callSlots, sizeof g_callSlots, v8::BackingStore::EmptyDeleter, nullptr);
+  Local<Value> sargv[1] = {v8::Float64Array::New(v8::ArrayBuffer::New(g_isolate, std::move(slots)), 0, 4)};
+  if (!attachCall.As<Function>()->Call(ctx, bridge, 1, sargv).ToLocal(&slotCall) || !slotCall->IsFunction()) {
+    *err = "the allocator's bridge refused the call slots: " + Describe(g_isolate, tc);
+    return false;
+  }
+  g_slotCall->Reset(g_isolate, slotCall.As<Function>());
   return true;
 }
 
@@ -255,14 +270,16 @@ double CallJs(int op, double a, double b, double c, std::string* err) {
   if ((++g_calls & 4095) == 0) uv_run(g_setup->event_loop(), UV_RUN_NOWAIT);
   if (g_freeQueueOn) HandOverFrees();
   TryCatch tc(g_isolate);
-  Local<Value> argv[4] = {Number::New(g_isolate, op), Number::New(g_isolate, a), Number::New(g_isolate, b),
-                          Number::New(g_isolate, c)};
-  Local<Value> r;
-  if (!g_call->Get(g_isolate)->Call(ctx, v8::Undefined(g_isolate), 4, argv).ToLocal(&r) || !r->IsNumber()) {
+  // The arguments and the answer go through slots JS shares (attachCallSlots): no boxed numbers.
+  g_callSlots[0] = op;
+  g_callSlots[1] = a;
+  g_callSlots[2] = b;
+  g_callSlots[3] = c;
+  if (g_slotCall->Get(g_isolate)->Call(ctx, v8::Undefined(g_isolate), 0, nullptr).IsEmpty()) {
     *err = "gmlake allocator: " + Describe(g_isolate, tc);
     return kStatusError;
   }
-  double v = r.As<Number>()->Value();
+  double v = g_callSlots[0];
   if (g_freeSlots[1] != 0) ReportFreeErrors();
   if (v < 0) {
     // The bridge's message for this failure, fetched while the isolate is still held (so
@@ -388,6 +405,23 @@ void PostAndWait() {
 
 std::mutex g_startMutex;
 
+// A v8::Locker that is the thread's outermost ("top level") frees the thread's V8 state at
+// its end and builds it again at the next (handle blocks malloc'ed and freed, the stack
+// guard and thread-local top set up: a third of a round trip, perf on the 2-core VM). A
+// Locker inside an Unlocker instead archives the state, lazily, and takes it back at
+// once when the same thread comes again. So each calling thread, on its first call, takes
+// an outer Locker and an Unlocker and keeps both for good (never destroyed: a thread's
+// archived state, a few KiB with no handles and no JS frames, stays until the process
+// ends); its per-call Locker is then an inner one. Another thread's call still
+// archives and restores the states, as before.
+void KeepThreadState() {
+  thread_local bool kept = false;
+  if (kept) return;
+  kept = true;
+  new Locker(g_isolate);
+  new v8::Unlocker(g_isolate);
+}
+
 }  // namespace
 
 extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int threading, char* err, size_t errlen) {
@@ -448,6 +482,7 @@ extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
     if (g_box.result < 0) t_lastError = g_box.error;
     return g_box.result;
   }
+  KeepThreadState();
   Locker locker(g_isolate);
   Isolate::Scope isolateScope(g_isolate);
   std::string err;
@@ -468,6 +503,7 @@ extern "C" char* gmlake_embed_text(int op, const char* arg) {
     PostAndWait();
     return g_box.textOut;
   }
+  KeepThreadState();
   Locker locker(g_isolate);
   Isolate::Scope isolateScope(g_isolate);
   return TextJs(op, a);

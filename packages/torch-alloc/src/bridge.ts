@@ -47,6 +47,12 @@ export interface Bridge {
    * here), then (address, size, stream) each; read at the start of every call and text.
    */
   attachFreeQueue(slots: Float64Array): void;
+  /**
+   * The hot path without arguments (embed.cc): `call` on slots [0..3] = (op, a, b, c),
+   * its answer written to slots [0]. Numbers passed as arguments are boxed on every call
+   * (an address is no small integer); typed-array slots are not.
+   */
+  attachCallSlots(slots: Float64Array): () => void;
   readonly live: LiveAllocator;
 }
 
@@ -114,6 +120,13 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
         throw new TypeError(`attachFreeQueue: expected a Float64Array of ${2 + 3 * FREE_QUEUE_SLOTS} slots`);
       }
       queue = slots;
+    },
+    attachCallSlots(slots) {
+      if (!(slots instanceof Float64Array) || slots.length !== 4) throw new TypeError("attachCallSlots: expected a Float64Array of 4 slots");
+      const call = bridge.call;
+      return () => {
+        slots[0] = call(slots[0]!, slots[1]!, slots[2]!, slots[3]!);
+      };
     },
     call(op, a, b, c) {
       if (queue !== null && queue[0] !== 0) takeFrees(queue);

@@ -239,6 +239,24 @@ describe("the bridge", () => {
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
   });
 
+  it("answers through the shared call slots as through call()", async () => {
+    const b = await createBridge({ policy: "caching", driver: "sim" });
+    expect(() => b.attachCallSlots(new Float64Array(3))).toThrow(/4 slots/);
+    const slots = new Float64Array(4);
+    const fast = b.attachCallSlots(slots);
+    slots.set([OP_ALLOC, 2 * MiB, 0, 0]);
+    fast();
+    const p = slots[0]!;
+    expect(p).toBeGreaterThan(0);
+    slots.set([OP_FREE, p + 1, 0, 0]);
+    fast();
+    expect(slots[0]).toBe(STATUS_ERROR);
+    slots.set([OP_FREE, p, 2 * MiB, 0]);
+    fast();
+    expect(slots[0]).toBe(0);
+    expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
+  });
+
   it("times the per-call benchmark's pairs inside the engine and leaves nothing behind", async () => {
     const b = await createBridge({ policy: "vms", driver: "sim" });
     const ns = b.call(OP_BENCH_PAIRS, 2000, 0, 0);
