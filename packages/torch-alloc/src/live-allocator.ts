@@ -21,6 +21,7 @@ import { Allocator, getPolicy, type Block, type Policy } from "@gmlake/stitch";
 import { exportMemoryViz } from "@gmlake/trace";
 import { createDriver, HostDriver, SimDriver, withCapacity, type VmmDriver } from "@gmlake/vmm";
 
+import { AddressTable } from "./address-table.js";
 import { coerceKnobs } from "./knobs.js";
 
 export type LiveDriverName = "cuda" | "host" | "sim";
@@ -55,7 +56,7 @@ export class LiveAllocator {
   readonly driver: VmmDriver;
   readonly policy: Policy;
   /** Live blocks by address. */
-  private readonly live = new Map<number, Block>();
+  private readonly live = new AddressTable<Block>();
   private readonly base: VmmDriver;
   private closed = false;
   /** The message of the last failed call (read through the bridge's text op). */
