@@ -12,9 +12,12 @@
 //              JS engine's work alone, mean ns per pair
 //   capture_check  one cuStreamIsCapturing(legacy stream) in a loop, when libcuda.so.1 loads and
 //              cuInit succeeds (else {"skipped": why}); with --driver cuda every alloc
-//              and free of the pairs above pays it too (torch_alloc.cc)
+//              and free of the pairs above pays it too (torch_alloc.cc), unless
+//              --capture-check pool (what enable() sets once PyTorch's pool-window hooks
+//              are wired: no capture check outside a window)
 // One design per process (Node starts once per process).
 //   threading_bench LIB locker|thread [--threads T] [--calls N] [--policy P] [--driver host|sim|cuda]
+//                  [--capture-check always|pool]
 // prints one JSON object on one line: medians, p99 and means in microseconds.
 #include <dlfcn.h>
 
@@ -216,21 +219,26 @@ Summary RunThreads(int threads, F body) {
 
 int main(int argc, char** argv) {
   if (argc < 3 || (std::strcmp(argv[2], "locker") != 0 && std::strcmp(argv[2], "thread") != 0)) {
-    std::fprintf(stderr, "usage: threading_bench LIB locker|thread [--threads T] [--calls N] [--policy P] [--driver host|sim|cuda]\n");
+    std::fprintf(stderr, "usage: threading_bench LIB locker|thread [--threads T] [--calls N] [--policy P] [--driver host|sim|cuda] [--capture-check always|pool]\n");
     return 2;
   }
   int threads = 2, calls = 20000;
-  std::string policy = "caching", driver = "sim";
+  std::string policy = "caching", driver = "sim", captureCheck = "always";
   for (int i = 3; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--threads") threads = std::atoi(argv[i + 1]);
     else if (k == "--calls") calls = std::atoi(argv[i + 1]);
     else if (k == "--policy") policy = argv[i + 1];
     else if (k == "--driver") driver = argv[i + 1];
+    else if (k == "--capture-check") captureCheck = argv[i + 1];
     else {
       std::fprintf(stderr, "threading_bench: unknown option %s\n", k.c_str());
       return 2;
     }
+  }
+  if (captureCheck != "always" && captureCheck != "pool") {
+    std::fprintf(stderr, "threading_bench: --capture-check takes always or pool\n");
+    return 2;
   }
   if (threads < 1 || calls < 1) {
     std::fprintf(stderr, "threading_bench: --threads and --calls must be positive\n");
@@ -265,6 +273,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   double startMs = Us(t0, std::chrono::steady_clock::now()) / 1000;
+  auto setCaptureCheck = reinterpret_cast<int (*)(int)>(dlsym(lib, "gmlake_set_capture_check"));
+  if (setCaptureCheck == nullptr || setCaptureCheck(captureCheck == "pool" ? 1 : 0) < 0) {
+    std::fprintf(stderr, "threading_bench: %s cannot set the capture check\n", argv[1]);
+    return 1;
+  }
   RunThreads(1, [&](int, std::vector<double>* v) { PingThread(calls / 10 + 1, v); });  // warm-up
   Summary p1 = RunThreads(1, [&](int, std::vector<double>* v) { PingThread(calls, v); });
   Summary pn = RunThreads(threads, [&](int, std::vector<double>* v) { PingThread(calls, v); });
@@ -284,10 +297,10 @@ int main(int argc, char** argv) {
     capture = Json(Summarize(c));
   }
   std::printf(
-      "{\"threading\":\"%s\",\"policy\":\"%s\",\"driver\":\"%s\",\"threads\":%d,\"calls\":%d,\"start_ms\":%.1f,"
+      "{\"threading\":\"%s\",\"policy\":\"%s\",\"driver\":\"%s\",\"capture_check_mode\":\"%s\",\"threads\":%d,\"calls\":%d,\"start_ms\":%.1f,"
       "\"ping_1\":%s,\"ping_n\":%s,\"pair_1\":%s,\"pair_n\":%s,\"pb_pair\":%s,\"pb_alloc\":%s,\"pb_free\":%s,"
       "\"js_pair\":{\"mean_us\":%.3f},\"capture_check\":%s}\n",
-      argv[2], policy.c_str(), driver.c_str(), threads, calls, startMs, Json(p1).c_str(), Json(pn).c_str(), Json(a1).c_str(),
+      argv[2], policy.c_str(), driver.c_str(), captureCheck.c_str(), threads, calls, startMs, Json(p1).c_str(), Json(pn).c_str(), Json(a1).c_str(),
       Json(an).c_str(), Json(Summarize(pbPair)).c_str(), Json(Summarize(pbAlloc)).c_str(), Json(Summarize(pbFree)).c_str(),
       jsNs / 1000, capture.c_str());
   return 0;

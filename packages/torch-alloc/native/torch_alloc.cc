@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -108,12 +110,27 @@ bool MakePrimaryCurrent(int device) {
   return g_deviceGet(&dev, device) == 0 && g_primaryRetain(&ctx, dev) == 0 && g_ctxSetCurrent(ctx) == 0;
 }
 
+// When to ask the driver (README "CUDA-graph capture"). PyTorch starts every capture it
+// makes (torch.cuda.graph, CUDAGraph.capture_begin; also torch.cuda.use_mem_pool) inside
+// the allocator's beginAllocateToPool / endAllocateToPool window, and its own caching
+// allocator looks at streams only while such a window is open (captures_underway). The
+// Python module wires these hooks (torch >= 2.3) and then switches to kCapturePoolWindows:
+// no driver call per alloc or free outside a window. Until then, and under
+// GMLAKE_CAPTURE_CHECK=always, every alloc and free asks.
+enum : int { kCaptureEveryCall = 0, kCapturePoolWindows = 1 };
+std::atomic<int> g_captureCheck{kCaptureEveryCall};
+std::atomic<int> g_poolWindows{0};  // beginAllocateToPool calls not ended yet
+
 // Whether `stream` is capturing a CUDA graph (any answer but "no" counts as capturing:
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT on the legacy stream during a global capture too).
 thread_local bool t_contextChecked = false;
 
 bool Capturing(void* stream, int device) {
   if (g_isCapturing == nullptr) return false;
+  if (g_captureCheck.load(std::memory_order_relaxed) == kCapturePoolWindows &&
+      g_poolWindows.load(std::memory_order_acquire) == 0) {
+    return false;
+  }
   // Once per thread, before the first question: asking without a context is an API error
   // that compute-sanitizer reports (and that costs a failed call).
   if (!t_contextChecked) {
@@ -337,6 +354,35 @@ GMLAKE_EXPORT double gmlake_ping(double x) { return g_call != nullptr ? g_call(k
 GMLAKE_EXPORT double gmlake_bench_js_pairs(int pairs, void* stream) {
   return g_call != nullptr ? g_call(kOpBenchPairs, pairs, 0, static_cast<double>(reinterpret_cast<uintptr_t>(stream)))
                            : static_cast<double>(kStatusNotStarted);
+}
+
+/**
+ * set_begin_allocate_to_pool: PyTorch opens a pool window (before it begins a CUDA-graph
+ * capture, or for torch.cuda.use_mem_pool). The filter (which streams go to the pool) is
+ * not needed: inside a window every alloc and free asks the driver whether its stream
+ * captures. The signature is PyTorch's (CUDAPluggableAllocator.h).
+ */
+struct CUstream_st;  // cudaStream_t's
+GMLAKE_EXPORT void gmlake_begin_allocate_to_pool(int /*device*/, std::pair<unsigned long long, unsigned long long> /*pool*/,
+                                                 std::function<bool(CUstream_st*)> /*filter*/) {
+  g_poolWindows.fetch_add(1, std::memory_order_acq_rel);
+}
+
+/** set_end_allocate_to_pool_fn: the window closes (after the capture ended). */
+GMLAKE_EXPORT void gmlake_end_allocate_to_pool(int /*device*/, std::pair<unsigned long long, unsigned long long> /*pool*/) {
+  int n = g_poolWindows.load(std::memory_order_acquire);
+  while (n > 0 && !g_poolWindows.compare_exchange_weak(n, n - 1, std::memory_order_acq_rel)) {
+  }
+}
+
+/**
+ * How allocs and frees look for a capture: 0 = ask the driver every call (the default),
+ * 1 = only inside pool windows (set once the two hooks above are wired). Returns the
+ * previous mode, or -1 for an unknown one (nothing changed).
+ */
+GMLAKE_EXPORT int gmlake_set_capture_check(int mode) {
+  if (mode != kCaptureEveryCall && mode != kCapturePoolWindows) return -1;
+  return g_captureCheck.exchange(mode);
 }
 
 GMLAKE_EXPORT void gmlake_set_oom_thrower(OomThrower fn) { g_oomThrower = fn; }

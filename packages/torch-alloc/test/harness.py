@@ -317,6 +317,14 @@ def enable_with_stub_torch():
         def set_record_stream_fn(self, addr):
             calls["record_stream"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(addr)
 
+        # PyTorch's signatures: (int device, MempoolId_t = pair<u64, u64> in two registers,
+        # std::function filter by invisible reference: a pointer)
+        def set_begin_allocate_to_pool(self, addr):
+            calls["begin_pool"] = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_void_p)(addr)
+
+        def set_end_allocate_to_pool_fn(self, addr):
+            calls["end_pool"] = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong)(addr)
+
     class CUDAPluggableAllocator:
         def __init__(self, path, alloc_name, free_name):
             lib = ctypes.CDLL(path)
@@ -337,8 +345,15 @@ def enable_with_stub_torch():
     os.environ["GMLAKE_DRIVER"] = "host"
     os.environ["GMLAKE_KNOBS"] = "maxHandleBytes=33554432"
     gmlake_torch.enable("vms", record=True)
-    if len(swapped) != 1 or not {"alloc", "free", "reset", "record_stream"} <= calls.keys():
+    if len(swapped) != 1 or not {"alloc", "free", "reset", "record_stream", "begin_pool", "end_pool"} <= calls.keys():
         return f"enable() did not wire the allocator: swapped {len(swapped)}, hooks {sorted(calls)}"
+    # the hooks switched the capture check to pool windows (the previous mode is returned)
+    if gmlake_torch._native.lib.gmlake_set_capture_check(1) != 1 or gmlake_torch._native.lib.gmlake_set_capture_check(7) != -1:
+        return "enable() did not switch the capture check to pool windows"
+    empty_function = ctypes.create_string_buffer(32)  # an empty std::function: never called
+    calls["begin_pool"](0, 1, 2, ctypes.addressof(empty_function))
+    calls["end_pool"](0, 1, 2)
+    calls["end_pool"](0, 1, 2)  # one end too many: stays closed
     p = calls["alloc"](3 * MiB, 0, 0)
     ctypes.memset(p, 0x5A, 3 * MiB)
     calls["record_stream"](p, 0x77)

@@ -11,7 +11,8 @@ which libgmlake_torch_alloc.so embeds (Debian's libnode, Node 18.20). Settings c
 the call, else from the environment: GMLAKE_POLICY, GMLAKE_KNOBS ("k=v,k=v" or JSON),
 GMLAKE_DRIVER (cuda | host | sim), GMLAKE_THREADING (locker | thread),
 GMLAKE_POLICY_MODULE, GMLAKE_RECORD (1: keep the history for snapshot()),
-GMLAKE_TORCH_ALLOC_LIB (the library's path).
+GMLAKE_RECORD_MAX_ENTRIES (the history's bound), GMLAKE_CAPTURE_CHECK (always: ask the
+driver about CUDA-graph capture on every call), GMLAKE_TORCH_ALLOC_LIB (the library's path).
 """
 import ctypes
 import json
@@ -63,6 +64,8 @@ class _Native:
         lib.gmlake_ping.argtypes = [ctypes.c_double]
         lib.gmlake_ping.restype = ctypes.c_double
         lib.gmlake_set_oom_thrower.argtypes = [ctypes.c_void_p]
+        lib.gmlake_set_capture_check.argtypes = [ctypes.c_int]
+        lib.gmlake_set_capture_check.restype = ctypes.c_int
 
     def error(self):
         return (self.lib.gmlake_last_error() or b"").decode("utf-8", "replace")
@@ -217,6 +220,14 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
         handle.set_reset_fn(addr(native.lib.gmlake_empty_cache))
     if hasattr(handle, "set_record_stream_fn"):
         handle.set_record_stream_fn(addr(native.lib.gmlake_record_stream))
+    # PyTorch opens a pool window around every capture it makes (torch >= 2.3): with the
+    # window known, allocs and frees ask the driver about capture only inside one (README
+    # "CUDA-graph capture"); GMLAKE_CAPTURE_CHECK=always keeps asking on every call.
+    if hasattr(handle, "set_begin_allocate_to_pool") and hasattr(handle, "set_end_allocate_to_pool_fn"):
+        handle.set_begin_allocate_to_pool(addr(native.lib.gmlake_begin_allocate_to_pool))
+        handle.set_end_allocate_to_pool_fn(addr(native.lib.gmlake_end_allocate_to_pool))
+        if os.environ.get("GMLAKE_CAPTURE_CHECK", "pool") != "always":
+            native.lib.gmlake_set_capture_check(1)
     torch.cuda.memory.change_current_allocator(alloc)
     _torch_allocator = alloc
 
