@@ -22,6 +22,7 @@ import { exportMemoryViz } from "@gmlake/trace";
 import { createDriver, HostDriver, SimDriver, withCapacity, type VmmDriver } from "@gmlake/vmm";
 
 import { AddressTable } from "./address-table.js";
+import { BoundedHistory } from "./bounded-history.js";
 import { coerceKnobs } from "./knobs.js";
 
 export type LiveDriverName = "cuda" | "host" | "sim";
@@ -39,6 +40,8 @@ export interface LiveConfig {
   readonly capacityBytes?: number;
   /** Keep the engine's event history for snapshot() (default false: it is half a call's cost and grows with every call). */
   readonly record?: boolean;
+  /** The history's bound when recording: the last this many events are kept, the oldest dropped (PyTorch's max_entries; 0 = no bound; default 1,000,000). */
+  readonly recordMaxEntries?: number;
   /** Invariant checks (see the stitch Allocator): false (default), true, or a period. */
   readonly checkInvariants?: boolean | number;
   /** An adaptor put over the driver (a DriverAdaptor: fault injection, call logs, events that lag in tests). */
@@ -65,6 +68,7 @@ export class LiveAllocator {
 
   constructor(readonly config: LiveConfig) {
     this.policy = getPolicy(config.policy);
+    const maxEntries = BoundedHistory.resolve(config.recordMaxEntries);
     const knobs = coerceKnobs(this.policy, config.knobs ?? {});
     const name = config.driver ?? "cuda";
     // No child-process probe before libcuda's first use here: PyTorch has initialized CUDA
@@ -90,7 +94,11 @@ export class LiveAllocator {
       throw e;
     }
     this.recording = this.allocator.recorder !== null;
+    this.history = this.allocator.recorder === null ? null : new BoundedHistory(this.allocator.recorder, maxEntries);
   }
+
+  /** The recorded history's bound (null without recording). */
+  readonly history: BoundedHistory | null;
 
   /** Time stamps go only into the recorded history: without one, no clock is read (a third of a call's cost). */
   private readonly recording: boolean;
@@ -105,6 +113,7 @@ export class LiveAllocator {
     this.stamp();
     this.counts.allocs++;
     let b = this.allocator.tryMalloc(size, stream);
+    if (this.history !== null) this.history.afterCall();
     if (b === null) {
       // What PyTorch does before it gives up: free what is cached (the engine waits for the
       // deferred frees and synchronizes before it unmaps), retry.
@@ -145,6 +154,7 @@ export class LiveAllocator {
     this.live.delete(address);
     this.counts.frees++;
     this.allocator.free(b);
+    if (this.history !== null) this.history.afterCall();
   }
 
   /** record_stream(address, stream): the live block at `address` is used on `stream` too. */
@@ -160,6 +170,7 @@ export class LiveAllocator {
     this.stamp();
     this.counts.emptyCaches++;
     this.allocator.emptyCache();
+    if (this.history !== null) this.history.afterCall();
   }
 
   /** The engine's statistics under torch.cuda.memory_stats()'s names, plus the engine's own. */
@@ -174,6 +185,9 @@ export class LiveAllocator {
       policy: this.policy.name,
       driver: this.base.name,
       live_blocks: this.live.size,
+      // the recorded history (record=True): events kept, and dropped under recordMaxEntries
+      history_entries: this.allocator.recorder?.length ?? 0,
+      history_dropped: this.history?.dropped ?? 0,
       pending_frees: this.allocator.deferredFrees,
       num_deferred_frees: this.allocator.stats.numDeferredFrees,
       num_cross_stream_reuses: this.allocator.stats.numCrossStreamReuses,
@@ -191,7 +205,9 @@ export class LiveAllocator {
   snapshotBytes(path: string): Uint8Array {
     const log = this.allocator.recorder;
     if (log === null) throw new Error("snapshot: the allocator was started with record=false");
-    const bytes = exportMemoryViz(log, undefined, { allocatorSettings: this.allocator.ctx.settings }).bytes;
+    // the kept window is the trace; the segments are what the whole history says is live
+    this.history!.compact();
+    const bytes = exportMemoryViz(log, this.history!.segments(), { allocatorSettings: this.allocator.ctx.settings }).bytes;
     return path.endsWith(".gz") ? gzipSync(bytes) : bytes;
   }
 

@@ -344,6 +344,7 @@ def enable_with_stub_torch():
     sys.modules["torch"] = torch
     os.environ["GMLAKE_DRIVER"] = "host"
     os.environ["GMLAKE_KNOBS"] = "maxHandleBytes=33554432"
+    os.environ["GMLAKE_RECORD_MAX_ENTRIES"] = "64"
     gmlake_torch.enable("vms", record=True)
     if len(swapped) != 1 or not {"alloc", "free", "reset", "record_stream", "begin_pool", "end_pool"} <= calls.keys():
         return f"enable() did not wire the allocator: swapped {len(swapped)}, hooks {sorted(calls)}"
@@ -362,12 +363,17 @@ def enable_with_stub_torch():
     s = gmlake_torch.stats()
     if s["calls"]["recordStreams"] != 1 or s["calls"]["emptyCaches"] != 1 or s["policy"] != "vms":
         return f"hooks did not reach the engine: {s['calls']}"
+    for i in range(800):  # the history past its bound (GMLAKE_RECORD_MAX_ENTRIES=64)
+        calls["free"](calls["alloc"](4096 << (i % 8), 0, 0), 0, 0, 0)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "live.pickle.gz")
         gmlake_torch.snapshot(path)
         with open(path, "rb") as f:
             if f.read(2) != b"\x1f\x8b":
                 return "the .gz snapshot is not gzip"
+    h = gmlake_torch.stats()
+    if h["history_entries"] != 64 or h["history_dropped"] < 1000:
+        return f"the history is not bounded to GMLAKE_RECORD_MAX_ENTRIES=64: {h['history_entries']} kept, {h['history_dropped']} dropped"
     leaks = gmlake_torch.close()["leaks"]
     if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
         return f"leaked {leaks}"

@@ -117,8 +117,23 @@ def _knobs_from_env():
     return out
 
 
-def start(policy=None, *, driver=None, threading=None, policy_module=None, record=None, device=0,
-          capacity_bytes=None, check_invariants=False, **knobs):
+def _record_max_entries(value):
+    """The history's bound: the argument, else $GMLAKE_RECORD_MAX_ENTRIES, else None (the engine's default)."""
+    if value is None:
+        text = os.environ.get("GMLAKE_RECORD_MAX_ENTRIES", "").strip()
+        if not text:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise GmlakeError(f"gmlake: GMLAKE_RECORD_MAX_ENTRIES: expected a non-negative integer, got {text!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise GmlakeError(f"gmlake: record_max_entries: expected a non-negative integer (0 = no bound), got {value!r}")
+    return value
+
+
+def start(policy=None, *, driver=None, threading=None, policy_module=None, record=None, record_max_entries=None,
+          device=0, capacity_bytes=None, check_invariants=False, **knobs):
     """Starts the engine in this process without touching PyTorch (enable() uses it; so do
     tests that stand in for PyTorch). Returns the native handle. Raises GmlakeError."""
     global _native
@@ -135,6 +150,9 @@ def start(policy=None, *, driver=None, threading=None, policy_module=None, recor
         "record": bool(record) if record is not None else os.environ.get("GMLAKE_RECORD", "0") not in ("", "0", "false"),
         "checkInvariants": check_invariants,
     }
+    max_entries = _record_max_entries(record_max_entries)
+    if max_entries is not None:
+        config["recordMaxEntries"] = max_entries
     module = policy_module or os.environ.get("GMLAKE_POLICY_MODULE")
     if module:
         config["policyModule"] = os.path.abspath(module)
@@ -186,14 +204,16 @@ def build_pair_bench(verbose=False):
     return _build_against_torch("pair_bench.cc", pair_bench_path(), ["c10", "c10_cuda"], cuda_headers=True, verbose=verbose)
 
 
-def enable(policy=None, *, driver=None, threading=None, policy_module=None, record=None, oom_shim=True, device=None,
-           capacity_bytes=None, **knobs):
+def enable(policy=None, *, driver=None, threading=None, policy_module=None, record=None, record_max_entries=None,
+           oom_shim=True, device=None, capacity_bytes=None, **knobs):
     """Makes the engine PyTorch's CUDA allocator (call it before the first CUDA tensor).
 
     policy: a built-in (caching, expandable, gmlake, vms) or one registered by policy_module;
     knobs: the policy's options (numbers, booleans, strings; text takes the knob's type).
     record: keep the engine's history for snapshot() (default $GMLAKE_RECORD, else off:
-    it costs about half of each call, and grows with every allocation).
+    it costs about half of each call). record_max_entries: the history keeps the last this
+    many events, the oldest dropped, as PyTorch's _record_memory_history(max_entries=...)
+    (default $GMLAKE_RECORD_MAX_ENTRIES, else 1,000,000; 0 = no bound).
     Out of memory raises torch.cuda.OutOfMemoryError when libgmlake_oom.so is there
     (build_oom_shim()), else a RuntimeError starting "CUDA out of memory".
     capacity_bytes: a limit on the device memory the engine holds (to test out of memory).
@@ -208,7 +228,7 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
     if device is None:
         device = int(os.environ.get("GMLAKE_DEVICE", "0"))
     native = start(policy, driver=driver, threading=threading, policy_module=policy_module, record=record,
-                   device=device, capacity_bytes=capacity_bytes, **knobs)
+                   record_max_entries=record_max_entries, device=device, capacity_bytes=capacity_bytes, **knobs)
     if oom_shim and os.path.exists(_oom_shim_path()):
         shim = ctypes.CDLL(_oom_shim_path())
         native.lib.gmlake_set_oom_thrower(ctypes.cast(shim.gmlake_throw_oom, ctypes.c_void_p).value)
