@@ -57,6 +57,11 @@ using CuIsCapturingFn = int (*)(void*, int*);
 void* g_ctx = nullptr;
 CuCtxSetCurrentFn cuCtxSetCurrent = nullptr;
 CuIsCapturingFn cuStreamIsCapturing = nullptr;
+using CuStreamCreateFn = int (*)(void**, unsigned);
+CuStreamCreateFn cuStreamCreate = nullptr;
+// The pair threads' streams: thread 0 the legacy stream, the others their own (real ones
+// on the cuda driver, where a made-up CUstream would crash the driver; raw values else).
+std::vector<void*> g_streams;
 
 // "" when libcuda is usable, else why not.
 std::string LoadCuda() {
@@ -67,7 +72,10 @@ std::string LoadCuda() {
   auto retain = reinterpret_cast<CuPrimaryRetainFn>(dlsym(cuda, "cuDevicePrimaryCtxRetain"));
   cuCtxSetCurrent = reinterpret_cast<CuCtxSetCurrentFn>(dlsym(cuda, "cuCtxSetCurrent"));
   cuStreamIsCapturing = reinterpret_cast<CuIsCapturingFn>(dlsym(cuda, "cuStreamIsCapturing"));
-  if (!init || !deviceGet || !retain || !cuCtxSetCurrent || !cuStreamIsCapturing) return "libcuda.so.1 lacks an entry point";
+  cuStreamCreate = reinterpret_cast<CuStreamCreateFn>(dlsym(cuda, "cuStreamCreate"));
+  if (!init || !deviceGet || !retain || !cuCtxSetCurrent || !cuStreamIsCapturing || !cuStreamCreate) {
+    return "libcuda.so.1 lacks an entry point";
+  }
   int r = init(0), dev = 0;
   if (r != 0) return "cuInit failed (" + std::to_string(r) + ")";
   if ((r = deviceGet(&dev, 0)) != 0 || (r = retain(&g_ctx, dev)) != 0) return "no primary context (" + std::to_string(r) + ")";
@@ -112,7 +120,7 @@ void PairThread(int id, int calls, std::vector<double>* out) {
   MakeCurrent();
   out->reserve(calls);
   std::mt19937_64 rng(1234 + id);
-  void* stream = reinterpret_cast<void*>(static_cast<uintptr_t>(id == 0 ? 0 : 0x1000 + id));
+  void* stream = g_streams[id];
   struct Live {
     void* p;
     size_t size;
@@ -265,6 +273,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   MakeCurrent();
+  for (int t = 0; t < threads; ++t) {
+    void* st = reinterpret_cast<void*>(static_cast<uintptr_t>(t == 0 ? 0 : 0x1000 + t));
+    if (driver == "cuda" && t > 0 && cuStreamCreate(&st, 1 /* CU_STREAM_NON_BLOCKING */) != 0) {
+      std::fprintf(stderr, "threading_bench: cuStreamCreate failed\n");
+      return 1;
+    }
+    g_streams.push_back(st);
+  }
   std::string config = "{\"policy\":\"" + policy + "\",\"driver\":\"" + driver + "\",\"record\":false}";
   bool thread = std::strcmp(argv[2], "thread") == 0;
   auto t0 = std::chrono::steady_clock::now();
