@@ -296,7 +296,8 @@ export class Allocator {
    */
   free(b: Block): void {
     this.freeRequested(b); // checks everything freeCompleted would: a refused free changes nothing
-    const streams = this.usedOn.get(b);
+    // no lookup (an object key's hash) while no block is used on another stream: most runs
+    const streams = this.usedOn.size === 0 ? undefined : this.usedOn.get(b);
     if (streams === undefined) {
       this.freeCompleted(b);
       return;
