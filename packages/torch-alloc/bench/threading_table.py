@@ -1,4 +1,6 @@
-"""Summarizes threading_bench JSON lines (stdin) as a markdown table: medians over runs."""
+"""Summarizes threading_bench JSON lines (stdin) as markdown tables, medians over runs: the
+threading designs (ping and pairs, 1 and 2 threads), then the per-call parts (pb_pair and its
+halves, js_pair, capture_check) of the runs that have them, by policy, driver and capture check."""
 import json
 import statistics as st
 import sys
@@ -21,3 +23,23 @@ for pol in dict.fromkeys(r["policy"] for r in rows):
         print(f"| {pol} | {d} | " + " | ".join(cells) + " |")
 starts = [r["start_ms"] for r in rows]
 print(f"({len(rows)} runs; medians over the runs of each row; Node start + module load {min(starts):.0f}-{max(starts):.0f} ms)")
+
+parts = [r for r in rows if "pb_pair" in r]
+if parts:
+    print("\n| policy | driver | capture check | design | round trip | pair (pair_bench pattern) | its alloc | its free | JS alone (mean) | one cuStreamIsCapturing |")
+    print("| --- | --- | --- | --- |" + " ---: |" * 6)
+    groups = dict.fromkeys((r["policy"], r["driver"], r.get("capture_check_mode", "always"), r["threading"]) for r in parts)
+    for g in groups:
+        rs = [r for r in parts if (r["policy"], r["driver"], r.get("capture_check_mode", "always"), r["threading"]) == g]
+
+        def cell(k, p99=True):
+            med = st.median(r[k]["median_us"] for r in rs)
+            return f"{med:.2f} / {st.median(r[k]['p99_us'] for r in rs):.2f}" if p99 else f"{med:.2f}"
+
+        cap = [r["capture_check"] for r in rs if "median_us" in r["capture_check"]]
+        capture = (f"{st.median(c['median_us'] for c in cap):.3f} / {st.median(c['p99_us'] for c in cap):.3f}" if cap
+                   else rs[0]["capture_check"].get("skipped", "-"))
+        js = st.median(r["js_pair"]["mean_us"] for r in rs)
+        print(f"| {' | '.join(g)} | {cell('ping_1')} | {cell('pb_pair')} | {cell('pb_alloc', False)} | "
+              f"{cell('pb_free', False)} | {js:.2f} | {capture} |")
+    print("(median / p99 us, medians over the runs; JS alone: the same loop inside the embedded Node)")
