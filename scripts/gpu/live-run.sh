@@ -171,6 +171,8 @@ step_micro() {
   for p in pytorch pytorch-expandable caching vms; do
     run "micro-$p" 45 "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs 200000
   done
+  # the capture check the old way (cuStreamIsCapturing on every alloc and free), beside the default
+  run "micro-vms-capture-always" 45 env GMLAKE_CAPTURE_CHECK=always "$python" scripts/gpu/live_checks.py micro --policy vms --pairs 200000
 }
 
 step_threading() {
@@ -179,6 +181,17 @@ step_threading() {
   for d in locker thread; do
     run "threading-$d" 30 bash -c "$b $lib $d --threads 2 --calls 50000 --policy vms --driver sim | sed 's/^/RESULT /'"
   done
+  # the per-call parts (round trip, pair and its halves, JS alone, one cuStreamIsCapturing) on
+  # the cuda driver, with the capture check on every call (always) and only in PyTorch's pool
+  # windows (pool, the default); tabled by packages/torch-alloc/bench/threading_table.py
+  for p in caching vms; do
+    for c in always pool; do
+      run "threading-parts-$p-cuda-$c" 40 bash -c "$b $lib locker --threads 1 --calls 100000 --policy $p --driver cuda --capture-check $c | sed 's/^/RESULT /'"
+    done
+  done
+  run "threading-parts-vms-sim" 30 bash -c "$b $lib locker --threads 1 --calls 100000 --policy vms --driver sim | sed 's/^/RESULT /'"
+  grep -h '^RESULT ' "$work"/threading-*.log | sed 's/^RESULT //' | "$python" packages/torch-alloc/bench/threading_table.py >"$work/threading-table.md" 2>&1
+  cp "$work/threading-table.md" "$OUT/threading-table.md" 2>/dev/null
 }
 
 step_workloads() {
