@@ -8,8 +8,9 @@
 // Steps are cut at the end of each Optimizer.zero_grad annotation (else Optimizer.step;
 // else --parts equal slices by event). Run after `pnpm build`:
 //   node bench/sync-steps.mjs [--trace SUBSTRING] [--lag-ms 20] [--policy vms] [--options JSON] [--steps]
-// Prints one summary row per trace (peak reserved, totals, syncs after the first step,
-// modelled stall) and, with --steps, the per-step table of each trace.
+// Prints one summary row per trace (peak reserved, device syncs and host waits for one
+// event, unmaps, maps, creates, event calls, the modelled stall of both; also after the
+// first step) and, with --steps, the per-step table of each trace.
 import { join, resolve } from "node:path";
 import { SimDriver } from "@gmlake/vmm";
 import { readSnapshot } from "@gmlake/torch-trace";
@@ -119,7 +120,7 @@ for (const f of files) {
   const name = f.split("/").pop().replace(/\.pickle(\.gz)?$/, "");
   const { rows, peak, by } = run(snap);
   const sum = (c, from = 0) => rows.slice(from).reduce((n, r) => n + r[c], 0);
-  summary.push({ name, steps: `${rows.length} (${by})`, peak: (peak / 2 ** 30).toFixed(3), syncs: sum("ctxSynchronize"), syncsAfter1: sum("ctxSynchronize", 1), unmaps: sum("memUnmap"), unmapsAfter1: sum("memUnmap", 1), maps: sum("memMap"), creates: sum("memCreate"), events: sum("eventRecord") + sum("eventQuery") + sum("streamWaitEvent"), stall: sum("stallMs").toFixed(1), stallAfter1: sum("stallMs", 1).toFixed(1) });
+  summary.push({ name, steps: `${rows.length} (${by})`, peak: (peak / 2 ** 30).toFixed(3), syncs: sum("ctxSynchronize"), syncsAfter1: sum("ctxSynchronize", 1), waits: sum("eventSynchronize"), waitsAfter1: sum("eventSynchronize", 1), unmaps: sum("memUnmap"), unmapsAfter1: sum("memUnmap", 1), maps: sum("memMap"), creates: sum("memCreate"), events: sum("eventRecord") + sum("eventQuery") + sum("streamWaitEvent"), stall: sum("stallMs").toFixed(1), stallAfter1: sum("stallMs", 1).toFixed(1) });
   if (perStep) {
     console.log(`\n${name} (${policy}, GPU ${lagUs / 1000} ms behind the CPU; steps by ${by})\n`);
     console.log(`| step | syncs | unmaps | maps | creates | releases | eventRecord | eventQuery | eventSynchronize | streamWaitEvent | deferred frees | modelled stall ms | peak reserved GiB |`);
@@ -128,6 +129,6 @@ for (const f of files) {
   }
 }
 console.log(`\n${policy} as live drives it (knobs ${JSON.stringify(options)}), GPU ${lagUs / 1000} ms behind the CPU\n`);
-console.log("| trace | steps | peak reserved GiB | syncs (after step 1) | unmaps (after step 1) | maps | creates | event calls | modelled sync stall ms (after step 1) |");
-console.log("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-for (const s of summary) console.log(`| ${s.name} | ${s.steps} | ${s.peak} | ${s.syncs} (${s.syncsAfter1}) | ${s.unmaps} (${s.unmapsAfter1}) | ${s.maps} | ${s.creates} | ${s.events} | ${s.stall} (${s.stallAfter1}) |`);
+console.log("| trace | steps | peak reserved GiB | syncs (after step 1) | event waits (after step 1) | unmaps (after step 1) | maps | creates | event calls | modelled stall ms (after step 1) |");
+console.log("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+for (const s of summary) console.log(`| ${s.name} | ${s.steps} | ${s.peak} | ${s.syncs} (${s.syncsAfter1}) | ${s.waits} (${s.waitsAfter1}) | ${s.unmaps} (${s.unmapsAfter1}) | ${s.maps} | ${s.creates} | ${s.events} | ${s.stall} (${s.stallAfter1}) |`);

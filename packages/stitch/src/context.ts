@@ -286,16 +286,31 @@ export class AllocatorContext {
   }
 
   /**
-   * Unmap chunks mapped by mapChunks. Records unmap (aux = chunks). `after`: a mark of
-   * `stream` made after the range's last use there (markStream); when it is done the
-   * kernels that used the range are, and no device synchronization is needed.
+   * Unmap chunks mapped by mapChunks. Records unmap (aux = chunks). Without `after` the
+   * device is synchronized first (once per engine call). `after`: a mark of `stream` made
+   * after the range's last use there (markStream): when it is done the kernels that used
+   * the range are, and nothing waits; when not, the host waits for that mark only
+   * (cuEventSynchronize: that stream up to the mark, not the device).
    */
   unmapChunks(addr: number, chunks: readonly Chunk[], stream = 0, after?: number): number {
-    if (after === undefined || !this.markDone(after)) this.fence();
-    else this.stats.numUnfencedUnmaps++;
+    if (after === undefined) this.fence();
+    else {
+      if (!this.markDone(after)) this.waitMark(after);
+      this.stats.numUnfencedUnmaps++;
+    }
     const bytes = this.chunks.unmapRun(addr, chunks);
     this.record(EventKind.unmap, addr, bytes, stream, chunks.length);
     return bytes;
+  }
+
+  /** The host waits until a pending mark is done. */
+  private waitMark(mark: number): void {
+    const e = this.pendingMarks.get(mark)!;
+    this.driver.eventSynchronize(e);
+    this.driver.eventDestroy(e);
+    this.pendingMarks.delete(mark);
+    this.lateMarks.delete(mark);
+    this.stats.numMarkWaits++;
   }
 
   /** cuMemGetInfo's free bytes (recorded as a driverCall event). */

@@ -77,7 +77,8 @@ export interface PolicyContext {
    * Unmap chunks mapped side by side at addr by mapChunks. Returns bytes. Kernels may still
    * use the range (its free reached the allocator before they ran): the engine synchronizes
    * the device first (once per engine call), unless `after` names a mark of the range's
-   * stream, made after its last use there, that is done (markStream / markDone).
+   * stream made after its last use there (markStream): done, nothing waits; not done, the
+   * host waits for that mark only (cuEventSynchronize).
    */
   unmapChunks(addr: number, chunks: readonly PhysicalChunk[], stream?: number, after?: number): number;
   /** The chunk whose mapping starts at addr, or null. */

@@ -30,6 +30,8 @@ export class AllocatorStats {
   numStreamMarks = 0;
   /** Marks not done when first asked (vms: moves whose old mapping waited for a later call). */
   numLateMarks = 0;
+  /** Unmaps that waited for their mark (cuEventSynchronize): a map had to land in the range first. */
+  numMarkWaits = 0;
   /** Unmaps that needed no device synchronization: a done stream mark covered the range's last use. */
   numUnfencedUnmaps = 0;
   /** Frees deferred until the other streams a block was used on (recordStream) reached an event. */
@@ -61,6 +63,7 @@ export class AllocatorStats {
       num_stream_marks: this.numStreamMarks,
       num_late_stream_marks: this.numLateMarks,
       num_unfenced_unmaps: this.numUnfencedUnmaps,
+      num_stream_mark_waits: this.numMarkWaits,
       num_ooms: this.numOoms,
     };
   }

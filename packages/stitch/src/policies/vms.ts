@@ -399,8 +399,9 @@ export class VmsAllocator implements PolicyInstance {
 
   /**
    * Unmap on the device the old mappings whose marks are done; with `force` all of them
-   * (the engine synchronizes once if a mark is not done), or with `within` those in that
-   * arena's [from, to) (a map is about to land there).
+   * (the engine synchronizes the device once if a mark is not done: release paths), or with
+   * `within` those in that arena's [from, to) too (a map is about to land there: the host
+   * waits for their marks only).
    */
   private settleRetiring(force: boolean, within?: Arena, from = 0, to = 0): void {
     const r = this.retiring;
@@ -417,7 +418,9 @@ export class VmsAllocator implements PolicyInstance {
         r[keep++] = x;
         continue;
       }
-      this.ctx.unmapChunks(x.addr, [x.chunk], x.arena.stream, x.mark); // a mark not done yet: the engine synchronizes first
+      // a map lands here: wait for this mark only; a release (force): one device sync for all unless done
+      const after = !force || this.ctx.markDone(x.mark) ? x.mark : undefined;
+      this.ctx.unmapChunks(x.addr, [x.chunk], x.arena.stream, after);
     }
     r.length = keep;
   }
