@@ -59,7 +59,7 @@ function stepEnds(snap) {
   return { ends, by: "slice" };
 }
 
-const COLS = ["ctxSynchronize", "memUnmap", "memMap", "memCreate", "memRelease", "eventRecord", "eventQuery", "eventSynchronize", "streamWaitEvent"];
+const COLS = ["ctxSynchronize", "memUnmap", "memMap", "memCreate", "memRelease", "eventCreate", "eventRecord", "eventQuery", "eventSynchronize", "streamWaitEvent"];
 
 function run(snap) {
   const L = snap.events;
@@ -120,11 +120,11 @@ for (const f of files) {
   const name = f.split("/").pop().replace(/\.pickle(\.gz)?$/, "");
   const { rows, peak, by } = run(snap);
   const sum = (c, from = 0) => rows.slice(from).reduce((n, r) => n + r[c], 0);
-  summary.push({ name, steps: `${rows.length} (${by})`, peak: (peak / 2 ** 30).toFixed(3), syncs: sum("ctxSynchronize"), syncsAfter1: sum("ctxSynchronize", 1), waits: sum("eventSynchronize"), waitsAfter1: sum("eventSynchronize", 1), unmaps: sum("memUnmap"), unmapsAfter1: sum("memUnmap", 1), maps: sum("memMap"), creates: sum("memCreate"), events: sum("eventRecord") + sum("eventQuery") + sum("streamWaitEvent"), stall: sum("stallMs").toFixed(1), stallAfter1: sum("stallMs", 1).toFixed(1) });
+  summary.push({ name, steps: `${rows.length} (${by})`, peak: (peak / 2 ** 30).toFixed(3), syncs: sum("ctxSynchronize"), syncsAfter1: sum("ctxSynchronize", 1), waits: sum("eventSynchronize"), waitsAfter1: sum("eventSynchronize", 1), unmaps: sum("memUnmap"), unmapsAfter1: sum("memUnmap", 1), maps: sum("memMap"), creates: sum("memCreate"), events: sum("eventCreate") + sum("eventRecord") + sum("eventQuery") + sum("streamWaitEvent"), stall: sum("stallMs").toFixed(1), stallAfter1: sum("stallMs", 1).toFixed(1) });
   if (perStep) {
     console.log(`\n${name} (${policy}, GPU ${lagUs / 1000} ms behind the CPU; steps by ${by})\n`);
-    console.log(`| step | syncs | unmaps | maps | creates | releases | eventRecord | eventQuery | eventSynchronize | streamWaitEvent | deferred frees | modelled stall ms | peak reserved GiB |`);
-    console.log(`|${" --- |".repeat(13)}`);
+    console.log(`| step | syncs | unmaps | maps | creates | releases | eventCreate | eventRecord | eventQuery | eventSynchronize | streamWaitEvent | deferred frees | modelled stall ms | peak reserved GiB |`);
+    console.log(`|${" --- |".repeat(14)}`);
     for (const r of rows) console.log(`| ${[r.step, ...COLS.map((c) => r[c]), r.deferredFrees, r.stallMs, r.reservedGiB].map(fmt).join(" | ")} |`);
   }
 }
