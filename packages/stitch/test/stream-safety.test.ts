@@ -268,6 +268,18 @@ describe("vms moves a handle without a device sync: its old mapping goes once a 
     expect(a.close().liveBlocks).toBe(0);
   });
 
+  it("a handle moved into a private pool's arena (no stream to make wait): the unmap waits for the mark there", () => {
+    const g = new LaggingGpu(new SimDriver(), 1000);
+    const a = new Allocator("vms", g, { checkInvariants: 1 });
+    a.free(a.malloc(20 * MiB, 0));
+    g.nowUs = 10;
+    const b = a.malloc(40 * MiB, -3); // a private pool's key (replays of CUDA-graph pools)
+    expect(a.instance.counters!().moved).toBe(1);
+    expect(calls(g)).toMatchObject({ ctxSynchronize: 0, eventSynchronize: 1, memUnmap: 1, streamWaitEvent: 0 });
+    a.free(b);
+    expect(a.close().liveBlocks).toBe(0);
+  });
+
   it("empty_cache releases a moved handle only after its old mapping is gone", () => {
     const sim = new SimDriver();
     const g = new LaggingGpu(sim, 1000);

@@ -387,12 +387,14 @@ export class VmsAllocator implements PolicyInstance {
    * caught up): unmapped at once without a device sync. Not done: the old mapping stays on
    * the device until a later call finds the mark done (Retiring), while the handle is mapped
    * at its new place now (a handle may be mapped twice); a new stream first waits for the
-   * donor's (stream order covers the same stream).
+   * donor's (stream order covers the same stream). Donors come from streams' arenas only
+   * (never a private pool's), so the mark's stream is a real one.
    */
   private takeDonor(d: Donor, stream: number): void {
     const s = d.arena.stream;
     const mark = this.ctx.markStream(s);
-    const late = !this.ctx.markDone(mark);
+    // Into a private pool's arena (a negative key, no stream to make wait): the unmap waits for the mark now.
+    const late = stream >= 0 && !this.ctx.markDone(mark);
     this.unmapDonor(d, mark, late);
     if (late && s !== stream) this.ctx.waitForStream(s, stream);
   }
