@@ -182,7 +182,7 @@ export class AllocatorContext {
 
   /** Whether the work a mark covers is done (one eventQuery until it is; then no call). */
   markDone(mark: number): boolean {
-    if (!(mark < this.nextMark) || !(mark >= 0)) throw new StitchError("BAD_ARGUMENT", `Expected a mark from markStream but received ${mark}`);
+    if (!Number.isSafeInteger(mark) || mark < 0 || mark >= this.nextMark) throw new StitchError("BAD_ARGUMENT", `Expected a mark from markStream but received ${mark}`);
     const e = this.pendingMarks.get(mark);
     if (e === undefined) return true;
     if (!this.driver.eventQuery(e)) {

@@ -113,6 +113,10 @@ describe("stream safety", () => {
     views[0]!.waitForStream(4, 4); // the same stream: nothing to wait for
     expect(d.log).toEqual(["eventRecord(3)", "streamWaitEvent(4)"]);
     expect(vms.stats.numCrossStreamReuses).toBe(1);
+    // marks: only the engine's own are accepted (a made-up one cannot skip the device sync)
+    const m = views[0]!.markStream(3);
+    expect(views[0]!.markDone(m)).toBe(true);
+    for (const bad of [m + 1, 0.5, -1, Number.NaN]) expect(() => views[0]!.markDone(bad)).toThrow(/Expected a mark from markStream/);
     vms.close();
     const caching = new Allocator(spy(BUILTIN_POLICIES.find((p) => p.name === "caching")!), new SimDriver());
     expect(() => views[1]!.waitForStream(3, 4)).toThrow(/does not declare streams\.crossStreamReuse/);
