@@ -206,7 +206,7 @@ export class Allocator {
         this.deferred[keep++] = p;
         continue;
       }
-      for (const e of p.events) d.eventDestroy(e);
+      for (const e of p.events) this.ctx.giveEvent(e);
       this.completeFree(p.block);
     }
     this.deferred.length = keep;
@@ -305,14 +305,14 @@ export class Allocator {
     this.usedOn.delete(b);
     const d = this.ctx.driver;
     const events = streams.map((s) => {
-      const e = d.eventCreate();
+      const e = this.ctx.takeEvent();
       d.eventRecord(e, s);
       return e;
     });
     // Done already (always on a driver with no device queue, host and sim): no deferral,
     // and a replay makes the same decisions as before the block was used on other streams.
     if (events.every((e) => d.eventQuery(e))) {
-      for (const e of events) d.eventDestroy(e);
+      for (const e of events) this.ctx.giveEvent(e);
       this.freeCompleted(b);
       return;
     }
@@ -360,8 +360,11 @@ export class Allocator {
     }
     this.closed = true;
     this.usedOn.clear();
-    this.ctx.destroyStreamEvents();
-    this.instance.teardown();
+    try {
+      this.instance.teardown(); // may still use marks (vms: old mappings waiting for theirs)
+    } finally {
+      this.ctx.destroyStreamEvents();
+    }
     const c = this.ctx;
     if (c.chunks.liveChunks !== 0 || c.chunks.mappingCount !== 0 || c.plainSegments.size !== 0 || c.reservations.size !== 0) {
       throw new StitchError(

@@ -73,8 +73,14 @@ export interface PolicyContext {
    * at several addresses at once (stitching). Returns bytes.
    */
   mapChunks(addr: number, chunks: readonly PhysicalChunk[], stream?: number, access?: MapAccess): number;
-  /** Unmap chunks mapped side by side at addr by mapChunks. Returns bytes. */
-  unmapChunks(addr: number, chunks: readonly PhysicalChunk[], stream?: number): number;
+  /**
+   * Unmap chunks mapped side by side at addr by mapChunks. Returns bytes. Kernels may still
+   * use the range (its free reached the allocator before they ran): the engine synchronizes
+   * the device first (once per engine call), unless `after` names a mark of the range's
+   * stream made after its last use there (markStream): done, nothing waits; not done, the
+   * host waits for that mark only (cuEventSynchronize).
+   */
+  unmapChunks(addr: number, chunks: readonly PhysicalChunk[], stream?: number, after?: number): number;
   /** The chunk whose mapping starts at addr, or null. */
   chunkMappedAt(addr: number): PhysicalChunk | null;
   /** cuMemGetInfo's free bytes of the device (a counted driver call). */
@@ -90,6 +96,15 @@ export interface PolicyContext {
    * itself: no call needed for that.
    */
   waitForStream(from: number, to: number): void;
+  /**
+   * A mark on `stream`: it is done once the work queued there so far is (an event recorded
+   * now, one per stream per engine call; after a device synchronization in the same call,
+   * done at once with no call). For a policy that moves memory a kernel may still use:
+   * unmap it with `unmapChunks(..., mark)` once `markDone(mark)`, with no device sync.
+   */
+  markStream(stream: number): number;
+  /** Whether a mark's work is done (one eventQuery while it is not; none after). */
+  markDone(mark: number): boolean;
 
   // ---- reports: the engine counts and records them
   /** This malloc went through release-and-retry (PyTorch's num_alloc_retries: counted once per malloc). */

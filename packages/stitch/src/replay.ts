@@ -92,10 +92,12 @@ export interface ReplayResult {
   numAllocRetries: number;
   /**
    * Stream safety the engine kept (the calls are in driverCalls too: bookkeeping on sim and
-   * host): device synchronizations before an unmap or free, and blocks served to another
-   * stream after it waited on an event of the block's stream.
+   * host): device synchronizations before an unmap or free, blocks served to another
+   * stream after it waited on an event of the block's stream, stream marks (events a
+   * policy records to learn when memory it moves is idle) and the unmaps a done mark let
+   * go without a sync.
    */
-  streamSafety: { syncs: number; crossStreamReuses: number };
+  streamSafety: { syncs: number; crossStreamReuses: number; streamMarks: number; unfencedUnmaps: number };
   emptyCacheCalls: number;
   unmatchedFrees: number;
   driverCalls: Record<DriverCall, number>;
@@ -188,6 +190,8 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
   let retries = 0;
   let syncs = 0;
   let crossStreamReuses = 0;
+  let streamMarks = 0;
+  let unfencedUnmaps = 0;
   let integrityErrors = 0;
   let integrityChecked = 0;
   const counters: Record<string, number> = {};
@@ -205,6 +209,8 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     retries += st.numAllocRetries;
     syncs += st.numSyncs;
     crossStreamReuses += st.numCrossStreamReuses;
+    streamMarks += st.numStreamMarks;
+    unfencedUnmaps += st.numUnfencedUnmaps;
     for (const [k, v] of Object.entries(e.instance.counters?.() ?? {})) counters[k] = (counters[k] ?? 0) + v;
   }
   if (o.checkInvariants) for (const e of engines) e?.check();
@@ -241,7 +247,7 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     ooms,
     recordedOoms: { reproduced, served },
     numAllocRetries: retries,
-    streamSafety: { syncs, crossStreamReuses },
+    streamSafety: { syncs, crossStreamReuses, streamMarks, unfencedUnmaps },
     emptyCacheCalls: emptyCalls,
     unmatchedFrees: plan.unmatchedFrees,
     driverCalls: callDiff(s1, s0),

@@ -26,6 +26,14 @@ export class AllocatorStats {
   numSyncs = 0;
   /** Blocks of one stream served to another, each after that stream waited on an event of the first. */
   numCrossStreamReuses = 0;
+  /** Events recorded to learn when a stream's work up to a point is done (PolicyContext.markStream). */
+  numStreamMarks = 0;
+  /** Marks not done when first asked (vms: moves whose old mapping waited for a later call). */
+  numLateMarks = 0;
+  /** Unmaps that waited for their mark (cuEventSynchronize): a map had to land in the range first. */
+  numMarkWaits = 0;
+  /** Unmaps that needed no device synchronization: a done stream mark covered the range's last use. */
+  numUnfencedUnmaps = 0;
   /** Frees deferred until the other streams a block was used on (recordStream) reached an event. */
   numDeferredFrees = 0;
 
@@ -52,6 +60,10 @@ export class AllocatorStats {
       "segment.all.current": this.segments,
       num_alloc_retries: this.numAllocRetries,
       num_sync_all_streams: this.numSyncs,
+      num_stream_marks: this.numStreamMarks,
+      num_late_stream_marks: this.numLateMarks,
+      num_unfenced_unmaps: this.numUnfencedUnmaps,
+      num_stream_mark_waits: this.numMarkWaits,
       num_ooms: this.numOoms,
     };
   }

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { DriverAdaptor, SimDriver, withCapacity, type EventHandle, type VmmDriver } from "@gmlake/vmm";
 import { computeStats } from "@gmlake/trace";
 import { readSnapshot } from "@gmlake/torch-trace";
-import { Allocator, BUILTIN_POLICIES, replay, type Block, type Policy, type PolicyContext } from "../src/index.js";
+import { Allocator, BUILTIN_POLICIES, LaggingGpu, replay, type Block, type Policy, type PolicyContext } from "../src/index.js";
 import { MiB, tracePath } from "./helpers.js";
 
 /**
@@ -113,6 +113,10 @@ describe("stream safety", () => {
     views[0]!.waitForStream(4, 4); // the same stream: nothing to wait for
     expect(d.log).toEqual(["eventRecord(3)", "streamWaitEvent(4)"]);
     expect(vms.stats.numCrossStreamReuses).toBe(1);
+    // marks: only the engine's own are accepted (a made-up one cannot skip the device sync)
+    const m = views[0]!.markStream(3);
+    expect(views[0]!.markDone(m)).toBe(true);
+    for (const bad of [m + 1, 0.5, -1, Number.NaN]) expect(() => views[0]!.markDone(bad)).toThrow(/Expected a mark from markStream/);
     vms.close();
     const caching = new Allocator(spy(BUILTIN_POLICIES.find((p) => p.name === "caching")!), new SimDriver());
     expect(() => views[1]!.waitForStream(3, 4)).toThrow(/does not declare streams\.crossStreamReuse/);
@@ -200,6 +204,102 @@ describe("stream safety", () => {
   });
 });
 
+describe("vms moves a handle without a device sync: its old mapping goes once a mark of its stream is done", () => {
+  /** x and z free around a live y: a 40 MiB malloc takes z and the tail, filled with x's handle (one move). */
+  function moved(g: LaggingGpu): { a: Allocator; w: Block; y: Block } {
+    const a = new Allocator("vms", g, { checkInvariants: 1 });
+    const x = a.malloc(20 * MiB, 0);
+    const y = a.malloc(20 * MiB, 0);
+    const z = a.malloc(20 * MiB, 0);
+    a.free(x);
+    a.free(z);
+    g.nowUs = 100;
+    const w = a.malloc(40 * MiB, 0);
+    expect(a.instance.counters!().moved).toBe(1);
+    return { a, w, y };
+  }
+  const calls = (g: LaggingGpu) => ({ ...g.stats().calls });
+
+  it("events done at once (sim): unmapped at once, with no sync", () => {
+    const g = new LaggingGpu(new SimDriver(), 0);
+    const { a } = moved(g);
+    expect(calls(g)).toMatchObject({ ctxSynchronize: 0, memUnmap: 1, eventRecord: 1, eventQuery: 1 });
+    expect(a.stats.toTorch()).toMatchObject({ num_sync_all_streams: 0, num_stream_marks: 1, num_late_stream_marks: 0, num_unfenced_unmaps: 1 });
+    expect(a.close().liveBlocks).toBe(2);
+  });
+
+  it("kernels still running: the handle serves at once, the old range is unmapped at a later call once the mark is done", () => {
+    const sim = new SimDriver();
+    const g = new LaggingGpu(sim, 1000);
+    const { a, w, y } = moved(g);
+    expect(calls(g)).toMatchObject({ ctxSynchronize: 0, memUnmap: 0 }); // x's old range still mapped on the device
+    expect(a.stats.numLateMarks).toBe(1);
+    g.nowUs = 2000; // the GPU got past the free
+    const v = a.malloc(30 * MiB, 0); // a grow: it settles the old mapping first (no sync)
+    expect(calls(g)).toMatchObject({ ctxSynchronize: 0, memUnmap: 1 });
+    expect(a.stats.numUnfencedUnmaps).toBe(1);
+    for (const b of [v, w, y]) a.free(b);
+    expect(a.close().liveBlocks).toBe(0);
+    expect(sim.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
+    expect(sim.events.liveEvents).toBe(0);
+  });
+
+  it("a map into the old range before the mark is done unmaps it first, after waiting for that mark only", () => {
+    const g = new LaggingGpu(new SimDriver(), 1000);
+    const { a } = moved(g);
+    g.nowUs = 200; // the GPU has not got past the free yet
+    a.malloc(20 * MiB, 0); // the lowest window needing 20 MiB: x's old range
+    expect(calls(g)).toMatchObject({ ctxSynchronize: 0, eventSynchronize: 1, memUnmap: 1 });
+    expect(g.eventSyncStallUs).toBe(900); // until the GPU reaches the mark (recorded at 100), not until it is idle (200)
+    expect(a.stats.toTorch()).toMatchObject({ num_sync_all_streams: 0, num_stream_mark_waits: 1, num_unfenced_unmaps: 1 });
+    a.close();
+  });
+
+  it("a handle moved from another stream's arena: the new stream waits for the old one's work (no host wait)", () => {
+    const g = new LaggingGpu(new SimDriver(), 1000);
+    const a = new Allocator("vms", g, { checkInvariants: 1 });
+    a.free(a.malloc(20 * MiB, 1)); // stream 1's handle, free; its kernels may still run
+    g.nowUs = 10;
+    const before = calls(g);
+    const b = a.malloc(40 * MiB, 2); // no free block of 40 MiB anywhere: stream 2's arena grows, with stream 1's handle
+    const d = calls(g);
+    expect(a.instance.counters!().moved).toBe(1);
+    expect(d.ctxSynchronize - before.ctxSynchronize).toBe(0);
+    expect(d.memUnmap - before.memUnmap).toBe(0);
+    expect(d.streamWaitEvent - before.streamWaitEvent).toBe(1);
+    expect(a.stats.numCrossStreamReuses).toBe(1);
+    a.free(b);
+    expect(a.close().liveBlocks).toBe(0);
+  });
+
+  it("a handle moved into a private pool's arena (no stream to make wait): the unmap waits for the mark there", () => {
+    const g = new LaggingGpu(new SimDriver(), 1000);
+    const a = new Allocator("vms", g, { checkInvariants: 1 });
+    a.free(a.malloc(20 * MiB, 0));
+    g.nowUs = 10;
+    const b = a.malloc(40 * MiB, -3); // a private pool's key (replays of CUDA-graph pools)
+    expect(a.instance.counters!().moved).toBe(1);
+    expect(calls(g)).toMatchObject({ ctxSynchronize: 0, eventSynchronize: 1, memUnmap: 1, streamWaitEvent: 0 });
+    a.free(b);
+    expect(a.close().liveBlocks).toBe(0);
+  });
+
+  it("empty_cache releases a moved handle only after its old mapping is gone", () => {
+    const sim = new SimDriver();
+    const g = new LaggingGpu(sim, 1000);
+    const { a, w, y } = moved(g);
+    a.free(w);
+    a.emptyCache();
+    expect(calls(g)).toMatchObject({ memRelease: 2, ctxSynchronize: 1 }); // z's handle and x's (its old mapping unmapped first)
+    a.free(y);
+    a.emptyCache();
+    expect(calls(g).memRelease).toBe(3);
+    expect(a.stats.reservedBytes).toBe(0);
+    a.close();
+    expect(sim.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
+  });
+});
+
 describe("stream safety in a replay (counted; bookkeeping on the sim)", () => {
   const fsdp = tracePath("llama1b_fsdp.pickle.gz");
   it.skipIf(!fsdp)("llama1b_fsdp (two streams): every cross-stream hit waited, every sync in the driver calls", async () => {
@@ -208,15 +308,25 @@ describe("stream safety in a replay (counted; bookkeeping on the sim)", () => {
       const r = replay(snap.events, { policy, driver: new SimDriver(), settings: snap.allocatorSettings, recorder: null, capacity: Math.floor(1.02 * computeStats(snap.events).peakRequestedBytes) });
       expect(r.streamSafety.syncs, policy).toBe(r.driverCalls.ctxSynchronize);
       expect(r.streamSafety.crossStreamReuses, policy).toBe(r.driverCalls.streamWaitEvent);
-      // one event per cross-stream reuse, and one more at the free of each block served that way (complete at once on the sim: nothing deferred)
-      expect(r.driverCalls.eventRecord, policy).toBeGreaterThanOrEqual(r.streamSafety.crossStreamReuses);
-      expect(r.driverCalls.eventRecord, policy).toBeLessThanOrEqual(2 * r.streamSafety.crossStreamReuses);
-      expect(r.driverCalls.eventQuery, policy).toBe(r.driverCalls.eventRecord - r.streamSafety.crossStreamReuses);
-      if (policy === "vms") expect(r.streamSafety.crossStreamReuses).toBe(r.counters.crossStreamHits);
-      else expect(r.streamSafety.crossStreamReuses).toBe(0);
-      // unmaps and frees happen only in calls that synchronized first (one sync per call at most)
-      if (r.driverCalls.memUnmap + r.driverCalls.memFree > 0) expect(r.streamSafety.syncs).toBeGreaterThan(0);
-      expect(r.streamSafety.syncs).toBeLessThanOrEqual(r.driverCalls.memUnmap + r.driverCalls.memFree);
+      // one event per cross-stream reuse, one more at the free of each block served that way
+      // (complete at once on the sim: nothing deferred), one per stream mark (vms's moves)
+      const { crossStreamReuses, streamMarks, syncs, unfencedUnmaps } = r.streamSafety;
+      expect(r.driverCalls.eventRecord, policy).toBeGreaterThanOrEqual(crossStreamReuses + streamMarks);
+      expect(r.driverCalls.eventRecord, policy).toBeLessThanOrEqual(2 * crossStreamReuses + streamMarks);
+      expect(r.driverCalls.eventQuery, policy).toBe(r.driverCalls.eventRecord - crossStreamReuses);
+      if (policy === "vms") {
+        expect(crossStreamReuses).toBe(r.counters.crossStreamHits);
+        // every move's mark is done at once on the sim: no move needs a sync
+        expect(streamMarks).toBeGreaterThan(0);
+        expect(unfencedUnmaps).toBe(r.counters.moved);
+        expect(syncs).toBe(0);
+      } else {
+        expect(crossStreamReuses).toBe(0);
+        expect(streamMarks + unfencedUnmaps).toBe(0);
+      }
+      // unmaps and frees happen only in calls that synchronized first (one sync per call at most) or after a done mark
+      if (r.driverCalls.memUnmap + r.driverCalls.memFree > unfencedUnmaps) expect(syncs).toBeGreaterThan(0);
+      expect(syncs).toBeLessThanOrEqual(r.driverCalls.memUnmap + r.driverCalls.memFree - unfencedUnmaps);
     }
   }, 120_000);
 });

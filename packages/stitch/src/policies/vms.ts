@@ -40,6 +40,19 @@ interface Donor {
   used: boolean;
 }
 
+/**
+ * A moved handle's old mapping, left on the device until the kernels that used it there
+ * are done (a mark of its stream completed) while its handle already serves at the new
+ * place. To the policy the range is free and unmapped at once (the same decisions as an
+ * unmap at once); a map into it, or the handle's release, first unmaps it.
+ */
+interface Retiring {
+  arena: Arena;
+  addr: number;
+  chunk: Chunk;
+  mark: number;
+}
+
 /** Where the unmapped part of a chosen window gets filled: [f0, f1), may overshoot to roomEnd. */
 interface Gap {
   f0: number;
@@ -71,6 +84,8 @@ export class VmsAllocator implements PolicyInstance {
   private readonly arenas = new Map<number, Arena>();
   private readonly arenaBytes: number;
   private readonly n = { grows: 0, moved: 0, movedBytes: 0, created: 0, createdBytes: 0, tailRetries: 0, windowScans: 0, crossStreamHits: 0, smallSegments: 0, smallSegmentsMade: 0 };
+  /** Old mappings of moved handles waiting for their stream's mark (in mark order). */
+  private readonly retiring: Retiring[] = [];
 
   constructor(ctx: PolicyContext, o: VmsOptions) {
     this.ctx = ctx;
@@ -335,8 +350,8 @@ export class VmsAllocator implements PolicyInstance {
     return out;
   }
 
-  /** Unmap a donor; its range becomes a free unmapped block. */
-  private unmapDonor(d: Donor): void {
+  /** The donor's handle-sized block, split out of its free block (which stays pooled around it). */
+  private isolate(d: Donor): Block {
     const b = d.block;
     const z = d.chunk.size;
     this.pool.delete(b);
@@ -346,12 +361,70 @@ export class VmsAllocator implements PolicyInstance {
       this.pool.insert(b);
     }
     if (m.addr + m.size > d.addr + z) this.pool.insert(this.split(m, d.addr + z));
+    return m;
+  }
+
+  /**
+   * Unmap a donor; its range becomes a free unmapped block. `after`: a mark of its stream
+   * (done: no device sync; undefined: the engine synchronizes first); `late`: the device
+   * unmap waits for the mark (settleRetiring), the policy's books change now.
+   */
+  private unmapDonor(d: Donor, after?: number, late = false): void {
+    const m = this.isolate(d);
     m.mapped = false;
     d.arena.unmapped.add(m);
-    this.ctx.unmapChunks(d.addr, [d.chunk], d.arena.stream);
+    if (late) this.retiring.push({ arena: d.arena, addr: d.addr, chunk: d.chunk, mark: after! });
+    else this.ctx.unmapChunks(d.addr, [d.chunk], d.arena.stream, after);
     d.arena.removeHandle(d.addr);
-    this.ctx.segmentUnmapped(d.addr, z, d.arena.stream);
+    this.ctx.segmentUnmapped(d.addr, d.chunk.size, d.arena.stream);
     this.mergeFree(m);
+  }
+
+  /**
+   * Take a donor's handle for a grow on `stream`. Kernels queued on the donor's stream
+   * before its free may still use the old range, and cuMemUnmap does not wait for them: so
+   * a mark on that stream is made now. Done (always on sim and host; live when the GPU has
+   * caught up): unmapped at once without a device sync. Not done: the old mapping stays on
+   * the device until a later call finds the mark done (Retiring), while the handle is mapped
+   * at its new place now (a handle may be mapped twice); a new stream first waits for the
+   * donor's (stream order covers the same stream). Donors come from streams' arenas only
+   * (never a private pool's), so the mark's stream is a real one.
+   */
+  private takeDonor(d: Donor, stream: number): void {
+    const s = d.arena.stream;
+    const mark = this.ctx.markStream(s);
+    // Into a private pool's arena (a negative key, no stream to make wait): the unmap waits for the mark now.
+    const late = stream >= 0 && !this.ctx.markDone(mark);
+    this.unmapDonor(d, mark, late);
+    if (late && s !== stream) this.ctx.waitForStream(s, stream);
+  }
+
+  /**
+   * Unmap on the device the old mappings whose marks are done; with `force` all of them
+   * (the engine synchronizes the device once if a mark is not done: release paths), or with
+   * `within` those in that arena's [from, to) too (a map is about to land there: the host
+   * waits for their marks only).
+   */
+  private settleRetiring(force: boolean, within?: Arena, from = 0, to = 0): void {
+    const r = this.retiring;
+    if (r.length === 0) return;
+    let keep = 0;
+    // Entries come in mark order, and a stream's later marks are not done before its earlier
+    // ones (stream order): one query per stream whose mark is not done yet.
+    const busy: number[] = [];
+    for (let i = 0; i < r.length; i++) {
+      const x = r[i]!;
+      const must = force || (within === x.arena && x.addr < to && x.addr + x.chunk.size > from);
+      if (!must && (busy.includes(x.arena.stream) || !this.ctx.markDone(x.mark))) {
+        if (!busy.includes(x.arena.stream)) busy.push(x.arena.stream);
+        r[keep++] = x;
+        continue;
+      }
+      // a map lands here: wait for this mark only; a release (force): one device sync for all unless done
+      const after = !force || this.ctx.markDone(x.mark) ? x.mark : undefined;
+      this.ctx.unmapChunks(x.addr, [x.chunk], x.arena.stream, after);
+    }
+    r.length = keep;
   }
 
   /**
@@ -361,9 +434,13 @@ export class VmsAllocator implements PolicyInstance {
   private mapInto(a: Arena, r0: Block, f0: number, chunks: Chunk[], moved: number): boolean {
     if (chunks.length === 0) return true;
     let bytes: number;
+    let want = 0;
+    for (const c of chunks) want += c.size;
+    this.settleRetiring(false, a, f0, f0 + want); // an old mapping still there is unmapped first
     try {
       bytes = this.ctx.mapChunks(f0, chunks, a.stream); // all or nothing
     } catch (e) {
+      this.settleRetiring(true); // a moved handle still mapped at its old place cannot be released
       for (const c of chunks) this.ctx.releaseChunk(c);
       if (isDriverOom(e)) return false;
       throw e;
@@ -403,6 +480,7 @@ export class VmsAllocator implements PolicyInstance {
 
   private grow(s: number, stream: number, tail: boolean): Block | null {
     this.n.grows++;
+    this.settleRetiring(false);
     let a: Arena;
     try {
       a = this.arenaFor(stream);
@@ -453,7 +531,7 @@ export class VmsAllocator implements PolicyInstance {
     // Unmap every chosen donor first (reserved never overshoots); within a block from the highest address down, so the block object stays valid.
     const chosen = ds.filter((d) => d.used).sort((x, y) => y.addr - x.addr);
     for (const d of chosen) {
-      this.unmapDonor(d);
+      this.takeDonor(d, stream);
       this.n.moved++;
       this.n.movedBytes += d.chunk.size;
     }
@@ -490,6 +568,7 @@ export class VmsAllocator implements PolicyInstance {
 
   /** Unmap and release every handle wholly inside a free block (empty_cache, out-of-memory). */
   private releaseFreeHandles(): void {
+    this.settleRetiring(true);
     const all: Donor[] = [];
     for (const b of this.pool.toArray()) {
       const a = b.segment as Arena;
@@ -529,6 +608,8 @@ export class VmsAllocator implements PolicyInstance {
     for (const b of this.pool.toArray()) {
       if (b.allocated || !b.mapped) return `pooled block 0x${b.addr.toString(16)} is allocated or unmapped`;
     }
+    const twice = new Map<Chunk, number>(); // moved handles still mapped at their old place too
+    for (const x of this.retiring) twice.set(x.chunk, (twice.get(x.chunk) ?? 0) + 1);
     for (const a of this.arenas.values()) {
       let at = a.base;
       let mapped = 0;
@@ -558,11 +639,14 @@ export class VmsAllocator implements PolicyInstance {
       }
       if (nUnmapped !== a.unmapped.size) return `arena's unmapped set has ${a.unmapped.size} blocks, the chain ${nUnmapped}`;
       let handles = 0;
+      for (const x of this.retiring) {
+        if (x.arena === a && this.ctx.chunkMappedAt(x.addr) !== x.chunk) return `chunk pool disagrees at retiring mapping 0x${x.addr.toString(16)}`;
+      }
       for (let i = 0; i < a.hAddr.length; i++) {
         const c = a.hChunk[i]!;
         if (i + 1 < a.hAddr.length && a.hAddr[i]! + c.size > a.hAddr[i + 1]!) return `handles overlap at 0x${a.hAddr[i]!.toString(16)}`;
         if (this.ctx.chunkMappedAt(a.hAddr[i]!) !== c) return `chunk pool disagrees at 0x${a.hAddr[i]!.toString(16)}`;
-        if (c.mappings.length !== 1) return `handle ${c.id} mapped ${c.mappings.length} times`;
+        if (c.mappings.length !== 1 + (twice.get(c) ?? 0)) return `handle ${c.id} mapped ${c.mappings.length} times`;
         handles += c.size;
       }
       if (handles !== mapped) return `arena 0x${a.base.toString(16)}: ${handles} B of handles, ${mapped} B in mapped blocks`;
