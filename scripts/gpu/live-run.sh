@@ -25,7 +25,8 @@
 # Knobs: WORKLOADS (default gpt2_ft), ALLOCATORS (default: pytorch pytorch-expandable
 #   ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=false),
 #   ALLOCATORS_<workload> (that workload's own list instead of ALLOCATORS; empty = skip it),
-#   LIVE_STEPS (default 12), INTEGRITY_POLICIES (default: pytorch caching expandable gmlake
+#   LIVE_STEPS (default 12), SMOKE_POLICIES (the checks step's smoke runs, default caching expandable
+#   gmlake vms; empty = none), INTEGRITY_POLICIES (default: pytorch caching expandable gmlake
 #   vms,crossStream=true vms,crossStream=false; POLICY[,k=v...]), INTEGRITY_SECONDS (default
 #   20), TIMING_WORKLOADS (default llama1b_fsdp gpt2_ft llama1b_lora), TIMING_ALLOCATORS
 #   (default pytorch-expandable pytorch ours:vms ours:caching), TIMING_REPS (default 2),
@@ -51,6 +52,7 @@ allocators=${ALLOCATORS:-pytorch pytorch-expandable ours:caching ours:expandable
 live_steps=${LIVE_STEPS:-12}
 integrity_policies=${INTEGRITY_POLICIES:-pytorch caching expandable gmlake vms,crossStream=true vms,crossStream=false}
 integrity_seconds=${INTEGRITY_SECONDS:-20}
+smoke_policies=${SMOKE_POLICIES-caching expandable gmlake vms}
 timing_workloads=${TIMING_WORKLOADS:-llama1b_fsdp gpt2_ft llama1b_lora}
 timing_allocators=${TIMING_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:caching}
 timing_reps=${TIMING_REPS:-2}
@@ -152,8 +154,8 @@ step_checks() {
   local n_int
   n_int=$(wc -w <<<"$integrity_policies")
   # run 6's costs: a smoke ~11 s, oom and capture ~6 s, an integrity run ~5 s beside its seconds
-  echo "== checks: 4 smoke, oom, capture, $n_int integrity runs of ${integrity_seconds} s, estimated ~$((56 + n_int * (integrity_seconds + 5))) s; $(left) s left"
-  for p in caching expandable gmlake vms; do
+  echo "== checks: $(wc -w <<<"$smoke_policies") smoke, oom, capture, $n_int integrity runs of ${integrity_seconds} s, estimated ~$((56 + n_int * (integrity_seconds + 5))) s; $(left) s left"
+  for p in $smoke_policies; do
     run "smoke-$p" 60 "$python" scripts/gpu/live_checks.py smoke --policy "$p"
   done
   run oom 60 "$python" scripts/gpu/live_checks.py oom --policy vms
