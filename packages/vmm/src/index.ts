@@ -15,7 +15,7 @@ export { EventBook } from "./event-book.js";
 export { CudaDriver, type CudaDriverOptions } from "./cuda-driver.js";
 export { HostDriver, defaultHostCapacity, type HostDriverOptions } from "./host-driver.js";
 export { SimDriver, type SimDriverOptions, SIM_VA_BASE, SIM_VA_LIMIT, H200_BYTES } from "./sim-driver.js";
-export { H200_COSTS, curveUs, type CostTable, type SizeCurve } from "./cost-model.js";
+export { H200_COSTS, H200_REPLAY_COSTS, curveUs, type CostTable, type SizeCurve } from "./cost-model.js";
 export { MISUSE_CODES } from "./address-space.js";
 export { DriverAdaptor } from "./driver-adaptor.js";
 export { DefaultStreamDriver } from "./default-stream-driver.js";

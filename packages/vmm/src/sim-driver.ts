@@ -58,7 +58,7 @@ export interface SimDriverOptions {
   readonly capacityBytes?: number;
   /** Allocation granularity (default 2 MiB). */
   readonly granularity?: number;
-  /** Per-call costs in microseconds; entries left out take the H200 defaults (H200_COSTS). */
+  /** Per-call costs in microseconds; entries left out take the H200 replay figures (H200_REPLAY_COSTS). */
   readonly costs?: Partial<CostTable>;
   readonly name?: string;
   /** Refuse cuMemUnmap over unmapped bytes (CUDA accepts it; default false). */

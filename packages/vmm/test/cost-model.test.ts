@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { H200_COSTS, SimDriver, curveUs } from "../src/index.js";
+import { H200_COSTS, H200_REPLAY_COSTS, SimDriver, curveUs } from "../src/index.js";
 
 const MiB = 1024 * 1024;
 const g = 2 * MiB;
@@ -23,17 +23,47 @@ describe("curveUs", () => {
   });
 });
 
+/** Create, reserve, map, set access, unmap, free the range, release: each call once on a 2 MiB handle. */
+function oneOfEach(d: SimDriver) {
+  const h = d.memCreate(g);
+  const va = d.memAddressReserve(4 * g);
+  d.memMap(va, g, 0, h);
+  d.memSetAccess(va, g);
+  d.memUnmap(va, g);
+  d.memAddressFree(va, 4 * g);
+  d.memRelease(h);
+  return d.stats().timeUs;
+}
+
 describe("SimDriver cost model", () => {
-  it("charges each call its modelled cost", () => {
+  it("charges the replay-measured H200 figures by default", () => {
     const d = new SimDriver();
-    const h = d.memCreate(g);
-    const va = d.memAddressReserve(4 * g);
-    d.memMap(va, g, 0, h);
-    d.memSetAccess(va, g);
-    d.memUnmap(va, g);
-    d.memAddressFree(va, 4 * g);
-    d.memRelease(h);
-    const t = d.stats().timeUs;
+    expect(d.costs).toBe(H200_REPLAY_COSTS);
+    const t = oneOfEach(d);
+    expect(t.memCreate).toBeCloseTo(22);
+    expect(t.memMap).toBeCloseTo(3.3);
+    expect(t.memSetAccess).toBeCloseTo(39);
+    expect(t.memUnmap).toBeCloseTo(36);
+    expect(t.memRelease).toBeCloseTo(20);
+    expect(t.memAddressReserve).toBe(45);
+  });
+
+  it("replay costs: create flat in size, setAccess per mapping whatever its size", () => {
+    const d = new SimDriver();
+    const big = d.memCreate(32 * g);
+    const small = d.memCreate(g);
+    expect(d.stats().timeUs.memCreate).toBeCloseTo(2 * 22);
+    const va = d.memAddressReserve(33 * g);
+    d.memMap(va, 32 * g, 0, big);
+    d.memMap(va + 32 * g, g, 0, small);
+    d.memSetAccess(va, 33 * g);
+    // two mappings: 2 x 39 us, though one of them is 64 MiB
+    expect(d.stats().timeUs.memSetAccess).toBeCloseTo(2 * 39);
+  });
+
+  it("charges each call its modelled cost (the microbenchmark table)", () => {
+    const d = new SimDriver({ costs: H200_COSTS });
+    const t = oneOfEach(d);
     expect(t.memCreate).toBeCloseTo(12.83);
     expect(t.memMap).toBeCloseTo(1.12);
     expect(t.memSetAccess).toBeCloseTo(34.17);
@@ -45,7 +75,7 @@ describe("SimDriver cost model", () => {
   });
 
   it("charges setAccess and unmap per mapped handle in the range", () => {
-    const d = new SimDriver();
+    const d = new SimDriver({ costs: H200_COSTS });
     const n = 512;
     const handles = Array.from({ length: n }, () => d.memCreate(g));
     d.resetStats();
@@ -61,14 +91,14 @@ describe("SimDriver cost model", () => {
     expect(d.stats().timeUs.memUnmap).toBeCloseTo(n * 16.91, 6);
   });
 
-  it("takes overrides and leaves the rest at the H200 figures", () => {
+  it("takes overrides and leaves the rest at the H200 replay figures", () => {
     const d = new SimDriver({ costs: { memMap: [[g, 100]], memAddressReserve: 7 } });
     const h = d.memCreate(g);
     const va = d.memAddressReserve(g);
     d.memMap(va, g, 0, h);
     expect(d.stats().timeUs.memMap).toBe(100);
     expect(d.stats().timeUs.memAddressReserve).toBe(7);
-    expect(d.stats().timeUs.memCreate).toBeCloseTo(12.83);
+    expect(d.stats().timeUs.memCreate).toBeCloseTo(22);
   });
 
   it("counts failed calls and charges them nothing", () => {

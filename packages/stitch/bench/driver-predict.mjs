@@ -1,0 +1,140 @@
+// How well the sim driver's cost model predicts the driver time measured on the GPU:
+// every trace x policy replayed on the sim driver (workload time: first and second half,
+// teardown apart, as bench/driver-time.mjs counts it), beside the time driver-time.mjs
+// measured on the cuda driver (its markdown, mean of its rounds). Run after `pnpm build`:
+//   node bench/driver-predict.mjs [--measured FILE] [--costs replay|micro]
+//       [--policies vms,caching,expandable,gmlake] [--trace SUBSTRING] [--traces DIR[,DIR...]]
+//       [--options JSON] [--by-call]
+// --measured (default: benchmarks/h200-2026-12-01/driver-time.md): driver-time.mjs's output.
+// --costs (default replay): H200_REPLAY_COSTS (per-call figures measured inside replays) or
+//   micro (H200_COSTS, the one-call-at-a-time microbenchmark).
+// --options: vms knobs (JSON) for the vms rows, to try a decision before changing it.
+// --by-call: also a line per call kind (predicted vs measured ms) for each row.
+// Prints a markdown table (trace, policy, measured ms and % of the trace, predicted ms and %,
+// error %) and, per policy, the mean absolute error and the error of the summed time.
+import { readFileSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { DriverAdaptor, H200_COSTS, H200_REPLAY_COSTS, SimDriver } from "@gmlake/vmm";
+import { readSnapshot } from "@gmlake/torch-trace";
+import { traceFiles } from "./trace-files.mjs";
+import { replay } from "../dist/index.js";
+
+const args = process.argv.slice(2);
+const opt = (k, d) => {
+  const i = args.lastIndexOf(k);
+  return i >= 0 ? args[i + 1] : d;
+};
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+const shared = process.env.GMLAKE_SHARED ?? join(repo, "..", "shared");
+const measuredFile = opt("--measured", join(repo, "benchmarks/h200-2026-12-01/driver-time.md"));
+const costsName = opt("--costs", "replay");
+const policies = opt("--policies", "vms,caching,expandable,gmlake").split(",");
+const dirs = opt("--traces", `${join(shared, "traces")},${join(repo, "corpus")}`).split(",");
+const only = opt("--trace", null);
+const byCall = args.includes("--by-call");
+let vmsOptions;
+try {
+  vmsOptions = JSON.parse(opt("--options", "{}"));
+} catch {
+  vmsOptions = null;
+}
+if (!["replay", "micro"].includes(costsName) || vmsOptions === null || typeof vmsOptions !== "object") {
+  console.error("usage: node bench/driver-predict.mjs [--measured FILE] [--costs replay|micro] [--policies a,b] [--trace S] [--traces DIR,..] [--options JSON] [--by-call]");
+  process.exit(2);
+}
+const costs = costsName === "replay" ? H200_REPLAY_COSTS : H200_COSTS;
+
+/** driver-time.mjs's per-trace rows: trace|policy -> { ms, pct, byCall } averaged over rounds. */
+function readMeasured(file) {
+  let text;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (e) {
+    console.error(`driver-predict: cannot read ${file}: ${e.code ?? e.message}`);
+    process.exit(2);
+  }
+  const acc = new Map();
+  for (const line of text.split("\n")) {
+    const c = line.split("|").map((s) => s.trim());
+    // | trace | policy | round | calls | ms | % | 2nd calls | 2nd ms | teardown ms | ms by call |
+    if (c.length !== 12 || !/^\d+$/.test(c[3])) continue;
+    const key = `${c[1]}|${c[2]}`;
+    let a = acc.get(key);
+    if (!a) acc.set(key, (a = { n: 0, calls: 0, ms: 0, pct: 0, byCall: {} }));
+    a.n++;
+    a.calls += Number(c[4]);
+    a.ms += Number(c[5]);
+    a.pct += Number(c[6]);
+    for (const part of c[10].split(", ")) {
+      const [k, v] = part.split(" ");
+      if (v !== undefined) a.byCall[k] = (a.byCall[k] ?? 0) + Number(v);
+    }
+  }
+  for (const a of acc.values()) {
+    a.calls /= a.n;
+    a.ms /= a.n;
+    a.pct /= a.n;
+    for (const k of Object.keys(a.byCall)) a.byCall[k] /= a.n;
+  }
+  return acc;
+}
+
+/** Keeps the sim's per-call times at the end of the workload (replay reads stats() at start, midpoint, end; teardown follows). */
+class AtEnd extends DriverAdaptor {
+  reads = 0;
+  end = null;
+  stats() {
+    const s = this.inner.stats();
+    if (++this.reads === 3) this.end = s;
+    return s;
+  }
+}
+
+const measured = readMeasured(measuredFile);
+const traces = dirs.flatMap(traceFiles).filter((f) => !only || f.includes(only));
+const rows = [];
+for (const path of traces) {
+  const name = relative(dirname(dirname(path)), path).replace(/\.pickle(\.gz)?$/, "");
+  const snap = await readSnapshot(path);
+  const log = snap.events;
+  const durationMs = log.length > 1 ? (log.timeUs[log.length - 1] - log.timeUs[0]) / 1000 : 0;
+  for (const policy of policies) {
+    const d = new AtEnd(new SimDriver({ costs }));
+    const r = replay(log, { policy, driver: d, settings: snap.allocatorSettings, recorder: null, recordAllocations: false, options: policy === "vms" ? vmsOptions : undefined });
+    const ms = r.driverTimeUs / 1000;
+    const m = measured.get(`${name}|${policy}`) ?? null;
+    const calls = Object.values(r.driverCalls).reduce((a, b) => a + b, 0);
+    rows.push({ name, policy, durationMs, ms, calls, peak: r.peakReservedBytes, sim: d.end?.timeUs ?? {}, m });
+    d.close();
+  }
+}
+
+const f = (x, n = 1) => (x === null || x === undefined || Number.isNaN(x) ? "-" : x.toFixed(n));
+const errPct = (p, m) => (m > 0 ? (100 * (p - m)) / m : null);
+const out = [
+  `## Predicted (sim, ${costsName === "replay" ? "H200_REPLAY_COSTS" : "H200_COSTS"}) vs measured (cuda, ${relative(repo, measuredFile)}) driver time, workload`,
+  "",
+  "| trace | policy | calls | peak reserved GiB | measured ms | measured % | predicted ms | predicted % | error % |",
+  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+];
+for (const r of rows) {
+  const pct = r.durationMs > 0 ? (100 * r.ms) / r.durationMs : null;
+  out.push(`| ${r.name} | ${r.policy} | ${r.calls} | ${f(r.peak / 2 ** 30, 3)} | ${f(r.m?.ms)} | ${f(r.m?.pct, 2)} | ${f(r.ms)} | ${f(pct, 2)} | ${r.m ? f(errPct(r.ms, r.m.ms), 0) : "-"} |`);
+  if (byCall && r.m) {
+    const kinds = new Set([...Object.keys(r.m.byCall), ...Object.keys(r.sim).filter((k) => r.sim[k] > 0)]);
+    const parts = [...kinds].filter((k) => (r.sim[k] ?? 0) > 0 || r.m.byCall[k] > 0.05).map((k) => `${k} ${f((r.sim[k] ?? 0) / 1000)}/${f(r.m.byCall[k] ?? 0)}`);
+    out.push(`|  | (predicted/measured ms) ${parts.join(", ")} | | | | | | | |`);
+  }
+}
+out.push("", "| policy | rows | mean abs error % | median abs error % | worst | summed predicted / measured ms |", "| --- | ---: | ---: | ---: | --- | ---: |");
+for (const p of policies) {
+  const rs = rows.filter((r) => r.policy === p && r.m && r.m.ms > 0);
+  if (rs.length === 0) continue;
+  const e = rs.map((r) => Math.abs(errPct(r.ms, r.m.ms))).sort((a, b) => a - b);
+  const worst = rs.reduce((w, r) => (Math.abs(errPct(r.ms, r.m.ms)) > Math.abs(errPct(w.ms, w.m.ms)) ? r : w));
+  const sp = rs.reduce((a, r) => a + r.ms, 0);
+  const sm = rs.reduce((a, r) => a + r.m.ms, 0);
+  out.push(`| ${p} | ${rs.length} | ${f(e.reduce((a, b) => a + b, 0) / e.length, 0)} | ${f(e[Math.floor(e.length / 2)], 0)} | ${worst.name} ${f(errPct(worst.ms, worst.m.ms), 0)}% | ${f(sp)} / ${f(sm)} (${f(errPct(sp, sm), 0)}%) |`);
+}
+console.log(out.join("\n"));
