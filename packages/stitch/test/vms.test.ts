@@ -131,6 +131,25 @@ describe("vms policy", () => {
     a.close();
   });
 
+
+  it("makes the room beyond a request at the arena's open end as one handle (minTailHandleBytes), so the next requests make no call", () => {
+    const d = new SimDriver();
+    const a = new Allocator("vms", d, { options: { minTailHandleBytes: 64 * MiB }, checkInvariants: 1 });
+    const first = a.malloc(16 * MiB);
+    // one 64 MiB handle (one create, one map, one set-access), not four of the request's 16 MiB
+    expect(calls(d).memCreate).toBe(1);
+    expect(calls(d).memSetAccess).toBe(1);
+    expect(a.stats.reservedBytes).toBe(64 * MiB);
+    const rest = [a.malloc(2 * MiB), a.malloc(2 * MiB), a.malloc(16 * MiB), a.malloc(28 * MiB)];
+    expect(calls(d).memCreate).toBe(1);
+    // past the room: the next open-end grow is one handle again
+    rest.push(a.malloc(20 * MiB));
+    expect(calls(d).memCreate).toBe(2);
+    expect(a.stats.reservedBytes).toBe(128 * MiB);
+    for (const b of [first, ...rest]) a.free(b);
+    a.check();
+    a.close();
+  });
   it("stays correct under random mixes with tiny handles, several streams and a capacity (invariants at every op, host integrity)", () => {
     for (const [seed, maxHandle] of [
       [11, 2],

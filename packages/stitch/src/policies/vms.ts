@@ -19,7 +19,7 @@ export interface VmsOptions extends Record<string, unknown> {
   handlesPerRequest: number;
   /** At most this many new handles per gap (larger than maxHandleBytes when the gap needs it); 0 = no limit. */
   maxHandlesPerGap: number;
-  /** Smallest handle made when the gap may overshoot (the arena's open end): fewer, larger handles. */
+  /** Smallest handle made when the gap may overshoot (the arena's open end): one handle (up to maxHandleBytes), the room beyond the request serves the next ones. */
   minTailHandleBytes: number;
   /** Move free handles (wholly inside free blocks) to where a request needs memory before making new ones. */
   moveFreePages: boolean;
@@ -550,7 +550,11 @@ export class VmsAllocator implements PolicyInstance {
         const open = gp.roomEnd >= a.end;
         const want = open ? Math.max(left, Math.min(this.o.minTailHandleBytes, gp.roomEnd - gp.f0 - filled)) : left;
         const k = this.o.maxHandlesPerGap;
-        if (!this.create(want, k > 0 ? Math.max(cap, this.ceilG(want / k)) : cap, chunks)) ok = false;
+        let hcap = k > 0 ? Math.max(cap, this.ceilG(want / k)) : cap;
+        // The room made beyond the request is one handle (up to maxHandleBytes), not cut to the request's
+        // size: the driver time is per handle (a create and a set-access each), see docs/vms.md.
+        if (want > left) hcap = Math.max(hcap, Math.min(want, this.o.maxHandleBytes));
+        if (!this.create(want, hcap, chunks)) ok = false;
       } else if (left > 0) {
         ok = false;
       }
@@ -678,7 +682,7 @@ export const vmsPolicy: Policy<VmsOptions> = {
     maxHandleBytes: { type: "bytes", min: 1, max: 2 ** 40, default: 64 * 2 ** 20, description: "largest physical handle made at once; a multiple of the device granularity" },
     handlesPerRequest: { type: "number", min: 1, max: 2 ** 20, default: 1, description: "new handles are at most request / handlesPerRequest (and maxHandleBytes)" },
     maxHandlesPerGap: { type: "integer", min: 0, max: 2 ** 20, default: 0, description: "at most this many new handles per gap (larger than maxHandleBytes when the gap needs it); 0 = no limit" },
-    minTailHandleBytes: { type: "bytes", min: 1, max: 2 ** 40, default: kSmallBuffer, description: "smallest handle made at the arena's open end; a multiple of the device granularity" },
+    minTailHandleBytes: { type: "bytes", min: 1, max: 2 ** 40, default: kSmallBuffer, description: "smallest handle made at the arena's open end (one handle up to maxHandleBytes; the room beyond the request serves the next requests); a multiple of the device granularity" },
     moveFreePages: { type: "boolean", default: true, description: "move free handles to where a request needs memory before making new ones" },
     crossStream: { type: "boolean", default: true, description: "let a block freed on one stream serve another stream (after a sync)" },
     donorOrder: { type: "choice", choices: ["hole", "size"], default: "hole", description: "which free handles move first: those of the smallest free blocks (hole) or the largest (size)" },
