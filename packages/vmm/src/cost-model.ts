@@ -27,6 +27,13 @@ export interface CostTable {
   readonly memAlloc: SizeCurve;
   /** cuMemFree (cudaFree), by size. */
   readonly memFree: SizeCurve;
+  /**
+   * Extra cost of a cuMemCreate that takes the driver past the most physical memory it has
+   * held (memory new to the process: the driver finds fresh pages), flat per call.
+   */
+  readonly memCreateFirstTouch: number;
+  /** The same for cuMemAlloc (cudaMalloc). */
+  readonly memAllocFirstTouch: number;
   /** cuMemAddressReserve, flat. */
   readonly memAddressReserve: number;
   /** cuMemAddressFree, flat. */
@@ -65,6 +72,9 @@ export const H200_COSTS: CostTable = Object.freeze({
   memSetAccess: at(34.17, 24.82, 25.5, 46.16),
   memAlloc: at(38.35, 48.08, 51.04, 81.09),
   memFree: at(33.52, 45.1, 61.02, 205.81),
+  // the microbenchmark did not separate memory new to the process
+  memCreateFirstTouch: 0,
+  memAllocFirstTouch: 0,
   memAddressReserve: (40.57 + 21.76 + 18.77 + 17.69) / 4,
   memAddressFree: (47.21 + 19.34 + 22.35 + 15.14) / 4,
   memGetInfo: 1,
@@ -85,7 +95,11 @@ export const H200_COSTS: CostTable = Object.freeze({
  * (the policy whose decisions this model steers) within the range of the others:
  * - memCreate: flat in size, 22 us (vms 21-23 at every size, first half; expandable 18-27,
  *   gmlake's 2 MiB handles 17). A create that takes the process to memory it never held
- *   costs ~31 us (first touch, not modelled: it depends on what ran before in the process).
+ *   costs 8.8 us more (first touch: vms's 702 such creates 30.5 us, the others 21.7); the sim
+ *   charges it when a create takes the driver past the most it has held, so a replay on a
+ *   fresh driver pays it for all its growth, as a training process's first step does.
+ * - memAlloc first touch: +54.5 us (caching's medians, 120.8 new to the process vs 66.3; the
+ *   mean, 1,020 us, is one 57 ms call and a few of 2-17 ms, not modelled).
  * - memSetAccess: 39 us per mapping in the range whatever its size (vms 37-41 per mapping
  *   for 1 to > 64 mappings; expandable 33, gmlake 34).
  * - memUnmap: per mapping, 36 us during the workload (vms's moves of free handles: 36.7;
@@ -107,6 +121,8 @@ export const H200_REPLAY_COSTS: CostTable = Object.freeze({
   memSetAccess: at(39, 39, 39, 39),
   memAlloc: at(71.8, 61.5, 74.8, 84.6),
   memFree: at(66.7, 68.7, 86.7, 132.2),
+  memCreateFirstTouch: 8.8,
+  memAllocFirstTouch: 54.5,
   memAddressReserve: 45,
 });
 

@@ -143,9 +143,11 @@ export class SimDriver extends MeteredDriver {
     checkBytes("cuMemCreate", "size", size);
     if (size === 0) throw vmmError(INVALID_VALUE, "cuMemCreate", "size=0", "size is 0");
     this.space.checkAligned("cuMemCreate", "size", size);
+    const high = this.space.peakBytes;
     this.space.charge("cuMemCreate", size);
     const rec = new PhysicalRecord(this.nextId++, size, null, this.serial);
-    this.costUs = this.createCost.us(size);
+    // past the most this driver ever held: memory new to the process costs more (first touch)
+    this.costUs = this.createCost.us(size) + (this.space.liveBytes > high ? this.costs.memCreateFirstTouch : 0);
     return rec;
   }
 
@@ -241,6 +243,7 @@ export class SimDriver extends MeteredDriver {
     if (size === 0) throw vmmError(INVALID_VALUE, "cuMemAlloc", "size=0", "size is 0");
     const g = this.space.granularity;
     const bytes = Math.ceil(size / g) * g;
+    const high = this.space.peakBytes;
     this.space.charge("cuMemAlloc", bytes);
     const address = this.heap === null ? this.placeVa(bytes, g) : this.heap.place(bytes);
     if (address < 0) {
@@ -248,7 +251,7 @@ export class SimDriver extends MeteredDriver {
       throw vmmError(OUT_OF_MEMORY, "cuMemAlloc", `size=${size}`, "no free virtual range that large");
     }
     this.space.addAllocation(address, new PhysicalRecord(0, bytes, null));
-    this.costUs = this.allocCost.us(bytes);
+    this.costUs = this.allocCost.us(bytes) + (this.space.liveBytes > high ? this.costs.memAllocFirstTouch : 0);
     return address;
   }
 

@@ -40,7 +40,8 @@ describe("SimDriver cost model", () => {
     const d = new SimDriver();
     expect(d.costs).toBe(H200_REPLAY_COSTS);
     const t = oneOfEach(d);
-    expect(t.memCreate).toBeCloseTo(22);
+    // a fresh driver's first create is memory new to the process: first touch on top
+    expect(t.memCreate).toBeCloseTo(22 + 8.8);
     expect(t.memMap).toBeCloseTo(3.3);
     expect(t.memSetAccess).toBeCloseTo(39);
     expect(t.memUnmap).toBeCloseTo(36);
@@ -52,13 +53,34 @@ describe("SimDriver cost model", () => {
     const d = new SimDriver();
     const big = d.memCreate(32 * g);
     const small = d.memCreate(g);
-    expect(d.stats().timeUs.memCreate).toBeCloseTo(2 * 22);
+    expect(d.stats().timeUs.memCreate).toBeCloseTo(2 * (22 + 8.8));
     const va = d.memAddressReserve(33 * g);
     d.memMap(va, 32 * g, 0, big);
     d.memMap(va + 32 * g, g, 0, small);
     d.memSetAccess(va, 33 * g);
     // two mappings: 2 x 39 us, though one of them is 64 MiB
     expect(d.stats().timeUs.memSetAccess).toBeCloseTo(2 * 39);
+  });
+
+  it("charges first touch only for memory past the most the driver has held", () => {
+    const d = new SimDriver();
+    d.memRelease(d.memCreate(4 * g));
+    d.resetStats();
+    // below the 8 MiB high-water: taken again, no first touch
+    const a = d.memCreate(2 * g);
+    const b = d.memCreate(2 * g);
+    expect(d.stats().timeUs.memCreate).toBeCloseTo(2 * 22);
+    // past it: new to the process
+    const c = d.memCreate(g);
+    expect(d.stats().timeUs.memCreate).toBeCloseTo(3 * 22 + 8.8);
+    for (const h of [a, b, c]) d.memRelease(h);
+    d.memFree(d.memAlloc(32 * g)); // 64 MiB, past the 10 MiB high-water
+    d.memFree(d.memAlloc(32 * g)); // taken again
+    expect(d.stats().timeUs.memAlloc).toBeCloseTo(2 * 74.8 + 54.5);
+    // the microbenchmark table has no first-touch figure
+    const m = new SimDriver({ costs: H200_COSTS });
+    m.memCreate(g);
+    expect(m.stats().timeUs.memCreate).toBeCloseTo(12.83);
   });
 
   it("charges each call its modelled cost (the microbenchmark table)", () => {
@@ -98,7 +120,7 @@ describe("SimDriver cost model", () => {
     d.memMap(va, g, 0, h);
     expect(d.stats().timeUs.memMap).toBe(100);
     expect(d.stats().timeUs.memAddressReserve).toBe(7);
-    expect(d.stats().timeUs.memCreate).toBeCloseTo(22);
+    expect(d.stats().timeUs.memCreate).toBeCloseTo(22 + 8.8);
   });
 
   it("counts failed calls and charges them nothing", () => {
