@@ -20,7 +20,8 @@
 #   drivertime  packages/stitch/bench/driver-time.mjs on cuda: every trace (and corpus/) x vms,
 #            caching, gmlake, expandable, two rounds, each call timed: per call kind, handle
 #            size, mappings per set-access, first touch, phase. Not in the default steps:
-#            STEPS=drivertime TOTAL=400 bash scripts/gpu/full-run.sh (about 6 minutes at most)
+#            STEPS=drivertime TOTAL=400 bash scripts/gpu/full-run.sh (about 6 minutes at most);
+#            DRIVERTIME_ARGS='--options {"minTailHandleBytes":134217728}' measures a vms setting
 # Choose steps with STEPS=doctor,vmm,...; override a step's limit with T_<step>=seconds
 # (e.g. T_bench=200); the whole stays inside TOTAL seconds (default 560: a step gets at most
 # what is left, so the `run` call's 600 s are never hit). BINDING_ARGS / BENCH_ARGS /

@@ -11,10 +11,13 @@
 // Run after `pnpm build`:
 //   node bench/driver-time.mjs [--driver cuda|sim] [--policies vms,caching,gmlake]
 //       [--traces DIR[,DIR...]] [--trace SUBSTRING] [--rounds N] [--budget SECONDS] [--out DIR]
+//       [--options JSON]
 // Writes DIR/driver-time.json (every table) and DIR/driver-time.md; prints the markdown.
 // --rounds N (default 1): replay everything N times (measured driver time varies between
 // runs: each round is a row of its own, the distributions pool them).
 // --budget (default 330): no new replay starts after that many seconds (skipped ones are listed).
+// --options: vms knobs (JSON, no spaces when passed through DRIVERTIME_ARGS), e.g.
+//   {"minTailHandleBytes":134217728}: measure a setting before it becomes the default.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -38,8 +41,14 @@ const only = opt("--trace", null);
 const budgetS = Number(opt("--budget", "330"));
 const rounds = Number(opt("--rounds", "1"));
 const outDir = opt("--out", process.env.OUT ?? "driver-time-out");
-if (!["cuda", "sim", "host"].includes(driverName) || !(budgetS > 0) || !(Number.isInteger(rounds) && rounds > 0)) {
-  console.error("usage: node bench/driver-time.mjs [--driver cuda|sim|host] [--policies a,b] [--traces DIR,..] [--trace S] [--rounds N] [--budget SECONDS] [--out DIR]");
+let vmsOptions = null;
+try {
+  vmsOptions = JSON.parse(opt("--options", "{}"));
+} catch {
+  vmsOptions = null;
+}
+if (!["cuda", "sim", "host"].includes(driverName) || !(budgetS > 0) || !(Number.isInteger(rounds) && rounds > 0) || vmsOptions === null || typeof vmsOptions !== "object") {
+  console.error("usage: node bench/driver-time.mjs [--driver cuda|sim|host] [--policies a,b] [--traces DIR,..] [--trace S] [--rounds N] [--budget SECONDS] [--out DIR] [--options JSON]");
   process.exit(2);
 }
 const traces = dirs.flatMap(traceFiles).filter((f) => !only || f.includes(only));
@@ -230,7 +239,7 @@ for (let round = 1; round <= rounds; round++) {
       let error = null;
       let r = null;
       try {
-        r = replay(log, { policy, driver: d, settings: snap.allocatorSettings, recorder: null, recordAllocations: false });
+        r = replay(log, { policy, driver: d, settings: snap.allocatorSettings, recorder: null, recordAllocations: false, options: policy === "vms" ? vmsOptions : undefined });
       } catch (e) {
         error = String(e?.message ?? e);
       }
@@ -269,6 +278,7 @@ const table = (title, head, rows) => {
   md.push("");
 };
 md.push(`## Driver time by call (${driverName} driver), ${new Date().toISOString()}`, "");
+if (Object.keys(vmsOptions).length > 0) md.push(`vms options: \`${JSON.stringify(vmsOptions)}\``, "");
 table(
   "Per trace and policy (workload: first and second half; teardown apart)",
   ["trace", "policy", "round", "driver calls", "driver ms", "% of trace", "2nd-half calls", "2nd-half ms", "teardown ms", "ms by call"],
