@@ -101,5 +101,14 @@ describe("results exit 0", () => {
     expect(r.code).toBe(0);
     const j = JSON.parse(r.stdout);
     expect(typeof j.ok).toBe("boolean");
+    expect(typeof j.addon.path).toBe("string");
+  });
+  it("doctor does not offer the host driver when the addon is missing", () => {
+    const env = { GMLAKE_VMM_ADDON: "/nonexistent/gmlake_vmm.node" };
+    const r = cli(["doctor"], { env });
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/drivers available: sim \(H200 cost model\); host and cuda need the vmm addon: GMLAKE_VMM_ADDON=\/nonexistent\/gmlake_vmm.node does not exist/);
+    expect(r.stdout).not.toMatch(/host \(real stitching/);
+    expect(JSON.parse(cli(["doctor", "--json"], { env }).stdout).addon.missing).toMatch(/does not exist/);
   });
 });

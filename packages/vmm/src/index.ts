@@ -25,3 +25,4 @@ export { warmUpDriver } from "./warm-up.js";
 export { createDriver, cudaAvailable, type CreateDriverOptions } from "./create-driver.js";
 export { probeCuda, probeCudaInProcess, cudaFirstUseProbe, describeProbe, type CudaProbe, type ProbeDevice, type ProbeOptions } from "./probe.js";
 export { lowerBound, lowerBoundOf } from "./lower-bound.js";
+export { locateAddon, type AddonLocation } from "./native.js";

@@ -1,4 +1,4 @@
-import { describeProbe, probeCuda } from "@gmlake/vmm";
+import { describeProbe, locateAddon, probeCuda } from "@gmlake/vmm";
 import type { Command } from "../command.js";
 import { printJson, printText } from "../outputs.js";
 
@@ -18,11 +18,14 @@ Example:
   gmlake doctor --json`,
   async run(values) {
     const p = probeCuda();
+    // host and cuda need the native addon; sim needs nothing
+    const addon = locateAddon();
     if (values.json) {
-      printJson(p);
+      printJson({ ...p, addon: addon.path ? { path: addon.path, from: addon.from } : { missing: addon.missing } });
       return;
     }
     printText(describeProbe(p).trimEnd());
-    if (!p.ok) printText("drivers available: host (real stitching of host memory), sim (H200 cost model)");
+    if (!addon.path) printText(`drivers available: sim (H200 cost model); host and cuda need the vmm addon: ${addon.missing}`);
+    else if (!p.ok) printText("drivers available: host (real stitching of host memory), sim (H200 cost model)");
   },
 };
