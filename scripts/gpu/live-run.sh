@@ -21,6 +21,9 @@
 #              every workload before round 2, so a short call still has a full round), each
 #              TIMING_STEPS steps; the summary pairs step i with the reference's step i of the
 #              same round (same seeds: same shapes) over the steps >= WARMUP
+#   layout     live_checks.py layout for each of LAYOUT_ALLOCATORS (default pytorch
+#              pytorch-expandable caching expandable vms vms,maxHandleBytes=2097152): copy, add
+#              and matmul speed on the memory as each lays it out (~10 s each)
 #   memcheck   compute-sanitizer --tool memcheck over live_checks.py smoke with ours:vms
 # Knobs: WORKLOADS (default gpt2_ft), ALLOCATORS (default: pytorch pytorch-expandable
 #   ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=false),
@@ -53,6 +56,7 @@ live_steps=${LIVE_STEPS:-12}
 integrity_policies=${INTEGRITY_POLICIES:-pytorch caching expandable gmlake vms,crossStream=true vms,crossStream=false}
 integrity_seconds=${INTEGRITY_SECONDS:-20}
 smoke_policies=${SMOKE_POLICIES-caching expandable gmlake vms}
+layout_allocators=${LAYOUT_ALLOCATORS:-pytorch pytorch-expandable caching expandable vms vms,maxHandleBytes=2097152}
 timing_workloads=${TIMING_WORKLOADS:-llama1b_fsdp gpt2_ft llama1b_lora}
 timing_allocators=${TIMING_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:caching}
 timing_reps=${TIMING_REPS:-2}
@@ -74,20 +78,19 @@ pack() {
 want() { [[ ",$steps," == *",$1,"* ]]; }
 for s in ${steps//,/ }; do
   case $s in
-    setup | checks | micro | threading | workloads | timing | memcheck) ;;
-    *) echo "live-run: unknown step '$s' in STEPS (setup, checks, micro, threading, workloads, timing, memcheck)" >&2; exit 2 ;;
+    setup | checks | micro | threading | workloads | timing | layout | memcheck) ;;
+    *) echo "live-run: unknown step '$s' in STEPS (setup, checks, micro, threading, workloads, timing, layout, memcheck)" >&2; exit 2 ;;
   esac
 done
 # ALLOCATORS_<workload> when set (even empty), else ALLOCATORS
 allocators_of() { local v="ALLOCATORS_$1"; if [ -n "${!v+x}" ]; then echo "${!v}"; else echo "$allocators"; fi; }
 # A run's rough cost in seconds on the H200 (run 6: ~18 s of process start, model build and
-# first step, then the steps; opt1b_generate's ~1.5 s a round and gpt2_ft_ckpt's ~0.38 s a
-# step were not measured: guessed).
+# first step, then the steps; run 7: opt1b_generate ~3.2 s a round, gpt2_ft_ckpt ~0.39 s a step).
 run_cost() {
   local s
   case $1 in
-    llama1b_fsdp) s=0.37 ;; gpt2_ft) s=0.28 ;; gpt2_ft_ckpt) s=0.38 ;; llama1b_lora) s=0.55 ;;
-    opt1b_generate) s=1.5 ;; *) s=0.6 ;;
+    llama1b_fsdp) s=0.37 ;; gpt2_ft) s=0.28 ;; gpt2_ft_ckpt) s=0.39 ;; llama1b_lora) s=0.55 ;;
+    opt1b_generate) s=3.2 ;; *) s=0.6 ;;
   esac
   awk -v s="$s" -v n="$2" 'BEGIN { printf "%d", 18 + s * (n - 1) + 0.5 }'
 }
@@ -166,6 +169,17 @@ step_checks() {
     [[ $spec == *,* ]] && k=${spec#*,}
     run "integrity-${spec//[:,=]/_}" $((integrity_seconds + 60)) "$python" scripts/gpu/live_checks.py integrity \
       --policy "$p" --knobs "$k" --seconds "$integrity_seconds"
+  done
+}
+
+step_layout() {
+  # kernels on the memory as each allocator lays it out (vms with 2 MiB handles: every large
+  # tensor a range of many handles, as a stitched one is)
+  for spec in $layout_allocators; do
+    p=${spec%%,*}
+    k=
+    [[ $spec == *,* ]] && k=${spec#*,}
+    run "layout-${spec//[:,=]/_}" 60 "$python" scripts/gpu/live_checks.py layout --policy "$p" --knobs "$k"
   done
 }
 

@@ -24,6 +24,10 @@ usage: python3 live_checks.py CHECK [--policy P] [--knobs k=v,...] [--seconds S]
            (torch.cuda._sleep), so that a reuse before the last use finished shows as a
            mismatch. At the end: the counters 0, nothing left allocated, no pending frees.
            --policy pytorch / pytorch-expandable: the same through PyTorch's own (the control)
+  layout   does the memory's layout slow kernels? Copies, in-place adds and bf16 matmuls on
+           tensors as the allocator lays them out (ours with e.g. --knobs maxHandleBytes=2097152:
+           a 1 GiB tensor made of 512 handles of 2 MiB side by side, as a stitched range is),
+           timed with CUDA events (median of --reps); GB/s and TFLOP/s, beside PyTorch's own
 --knobs: the policy's knobs (ours), as gmlake_torch's GMLAKE_KNOBS text: "crossStream=false,..."
 """
 import argparse
@@ -33,13 +37,14 @@ import sys
 import time
 
 ap = argparse.ArgumentParser()
-ap.add_argument("check", choices=["smoke", "oom", "capture", "micro", "integrity"])
+ap.add_argument("check", choices=["smoke", "oom", "capture", "micro", "integrity", "layout"])
 ap.add_argument("--policy", default="vms", help="ours: a policy; pytorch / pytorch-expandable: PyTorch's own (micro)")
 ap.add_argument("--pairs", type=int, default=200_000)
 ap.add_argument("--steps", type=int, default=20, help="smoke: training steps")
 ap.add_argument("--seconds", type=float, default=20.0, help="integrity: how long the stress runs")
 ap.add_argument("--knobs", default="", help="ours: the policy's knobs, k=v,k=v")
 ap.add_argument("--seed", type=int, default=1234)
+ap.add_argument("--reps", type=int, default=20, help="layout: timed repetitions per kernel")
 args = ap.parse_args()
 try:
     knobs = dict(kv.split("=", 1) for kv in args.knobs.split(",") if kv.strip())
@@ -145,6 +150,50 @@ if args.check == "capture":
     # Refused either by ours (no driver call during capture) or by PyTorch before it asks us.
     ok = err is not None and float(z.sum().item()) == 3 * 4096
     done(ok, refused_by="gmlake" if err and "gmlake" in err else "pytorch", error=err[:400] if err else None)
+
+
+if args.check == "layout":
+    if ours is not None:
+        ours.enable(args.policy, **knobs)
+    MiB = 1 << 20
+
+    def timed(fn):
+        """Median milliseconds of fn over --reps runs after 3 warm-up runs (CUDA events)."""
+        for _ in range(3):
+            fn()
+        ms = []
+        for _ in range(args.reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ms.append(a.elapsed_time(b))
+        return sorted(ms)[len(ms) // 2]
+
+    rows = {}
+    for mib in (256, 1024, 4096):
+        n = mib * MiB // 2
+        x = torch.ones(n, dtype=torch.bfloat16, device="cuda")
+        y = torch.empty_like(x)
+        ms = timed(lambda: y.copy_(x))
+        rows[f"copy_{mib}MiB_GBps"] = round(2 * mib * MiB / (ms / 1e3) / 1e9, 1)
+        ms = timed(lambda: x.add_(1))
+        rows[f"add_{mib}MiB_GBps"] = round(2 * mib * MiB / (ms / 1e3) / 1e9, 1)
+        del x, y
+    for k in (4096, 8192):
+        a = torch.randn(k, k, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(k, k, dtype=torch.bfloat16, device="cuda")
+        c = torch.empty(k, k, dtype=torch.bfloat16, device="cuda")
+        ms = timed(lambda: torch.matmul(a, b, out=c))
+        rows[f"matmul_{k}_TFLOPs"] = round(2 * k ** 3 / (ms / 1e3) / 1e12, 1)
+        del a, b, c
+    res = dict(rows=rows, reps=args.reps, gpu=torch.cuda.get_device_name())
+    if ours is not None:
+        st = ours.stats()
+        res["engine"] = {k: st.get(k) for k in ("reserved_bytes.all.peak", "segment.all.current", "driver_total_calls", "counters")}
+        res["engine"]["driver_calls"] = {k: v for k, v in (st.get("driver_calls") or {}).items() if v}
+    done(True, **res)
 
 if args.check == "micro":
     if ours is not None:

@@ -256,6 +256,15 @@ def main(argv):
             print(f"| {r['policy']} | {r['median_us']} | {r['p99_us']} | {r['mean_us']} | {r['timer_median_us']} | "
                   f"{n.get('median_us', '-')} | {n.get('p99_us', '-')} | {n.get('mean_us', '-')} |")
 
+    lay = [r for r in rows if r.get("check") == "layout" and r.get("rows")]
+    if lay:
+        keys = list(lay[0]["rows"])
+        print("\n## kernels on the allocator's memory layout (layout check; GB/s, TFLOP/s, median of reps)\n")
+        print("| allocator | knobs | " + " | ".join(keys) + " |\n| --- | --- | " + " | ".join("---:" for _ in keys) + " |")
+        for r in lay:
+            knobs = ",".join(f"{k}={v}" for k, v in (r.get("knobs") or {}).items()) or "-"
+            print(f"| {r['policy']} | {knobs} | " + " | ".join(str(r["rows"].get(k, "-")) for k in keys) + " |")
+
     print("\n## threading (CPU, sim driver, vms; us)\n\n| design | ping 1 thr median / p99 | ping 2 thr | alloc+free 1 thr | alloc+free 2 thr |\n| --- | ---: | ---: | ---: | ---: |")
     for r in rows:
         if "threading" in r and "ping_1" in r:

@@ -51,15 +51,18 @@ class Tensor:
     def sum(self):
         return Tensor(1, self._v)
     def add_(self, o):
-        self._v += o._v
+        self._v += o._v if isinstance(o, Tensor) else o
         return self
     def item(self):
         return self._v
     def record_stream(self, s):
         assert isinstance(s, cuda.Stream)
 
-def empty(n, dtype=None, device=None):
-    return Tensor(n if isinstance(n, int) else 1)
+def empty(*shape, dtype=None, device=None):
+    n = 1
+    for k in shape:
+        n *= k if isinstance(k, int) else 1
+    return Tensor(n)
 
 def zeros(shape, dtype=None, device=None):
     return Tensor(1, 0)
@@ -86,7 +89,39 @@ class _Cuda:
     def memory_stats(self):
         return {"num_alloc_retries": 0}
 
+    # for the layout check: events whose elapsed time is a fixed 2 ms
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.timing = enable_timing
+        def record(self):
+            pass
+        def synchronize(self):
+            pass
+        def elapsed_time(self, other):
+            assert self.timing and other.timing
+            return 2.0
+    def get_device_name(self):
+        return "fake"
+
 cuda = _Cuda()
+
+bfloat16 = "bfloat16"
+def ones(n, dtype=None, device=None):
+    return Tensor(n, 1)
+def randn(*shape, dtype=None, device=None):
+    n = 1
+    for k in shape:
+        n *= k
+    return Tensor(n)
+def empty_like(t):
+    return Tensor(t._n)
+def _copy(self, o):
+    self._v = o._v
+    return self
+Tensor.copy_ = _copy
+def matmul(a, b, out=None):
+    assert out is not None and out._n == a._n == b._n
+    return out
 '''
 
 FAKE_OURS = '''
@@ -156,7 +191,7 @@ class Summary(unittest.TestCase):
 
 
 class Integrity(unittest.TestCase):
-    def run_check(self, *argv, corrupt=0):
+    def run_check(self, *argv, corrupt=0, check="integrity"):
         with tempfile.TemporaryDirectory() as d:
             os.makedirs(os.path.join(d, "torch"))
             with open(os.path.join(d, "torch", "__init__.py"), "w") as f:
@@ -165,7 +200,7 @@ class Integrity(unittest.TestCase):
             with open(os.path.join(d, "ours", "gmlake_torch", "__init__.py"), "w") as f:
                 f.write(FAKE_OURS)
             env = dict(os.environ, PYTHONPATH=d, GMLAKE_TORCH_PY=os.path.join(d, "ours"), FAKE_CORRUPT=str(corrupt))
-            p = subprocess.run([sys.executable, os.path.join(HERE, "live_checks.py"), "integrity", "--seconds", "0.5", *argv],
+            p = subprocess.run([sys.executable, os.path.join(HERE, "live_checks.py"), check, *(("--seconds", "0.5") if check == "integrity" else ()), *argv],
                                capture_output=True, text=True, env=env, timeout=60)
         lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
         self.assertEqual(len(lines), 1, p.stdout + p.stderr)
@@ -190,6 +225,20 @@ class Integrity(unittest.TestCase):
         self.assertEqual(r["knobs"], {"crossStream": "false"})
         self.assertEqual(r["engine"]["num_cross_stream_reuses"], 3)
         self.assertEqual(r["engine"]["driver_calls"], {"memMap": 5})
+
+    def test_layout_reports_every_kernel_and_the_engine(self):
+        rc, r = self.run_check("--policy", "vms", "--knobs", "maxHandleBytes=2097152", "--reps", "3", check="layout")
+        self.assertEqual((rc, r["ok"]), (0, True), r)
+        self.assertEqual(r["knobs"], {"maxHandleBytes": "2097152"})
+        rows = r["rows"]
+        # 2 ms a kernel: a 1 GiB copy moves 2 GiB, 1073.7 GB/s; an 8192^3 matmul is 1.1e12 flop, 549.8 TFLOP/s
+        self.assertEqual(rows["copy_1024MiB_GBps"], 1073.7)
+        self.assertEqual(rows["matmul_8192_TFLOPs"], 549.8)
+        self.assertEqual(sorted(rows), sorted(f"{op}_{m}MiB_GBps" for op in ("copy", "add") for m in (256, 1024, 4096))
+                         + ["matmul_4096_TFLOPs", "matmul_8192_TFLOPs"])
+        self.assertEqual(r["engine"]["driver_calls"], {"memMap": 5})
+        rc, r = self.run_check("--policy", "pytorch", "--reps", "2", check="layout")
+        self.assertEqual((rc, r["ok"], "engine" in r), (0, True, False), r)
 
     def test_bad_knobs_one_line_exit_2(self):
         p = subprocess.run([sys.executable, os.path.join(HERE, "live_checks.py"), "integrity", "--knobs", "oops"],
