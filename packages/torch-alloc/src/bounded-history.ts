@@ -12,7 +12,7 @@
  * each event is folded into the base once, when it drops out, so the cost per recorded
  * event stays constant and the memory at most 1.5x the bound.
  */
-import { EventKind, EventLog, deriveSegments, type SegmentState } from "@gmlake/trace";
+import { EventLog, LiveEffect, deriveSegments, liveEffect, type EventKind, type SegmentState } from "@gmlake/trace";
 
 /** The default bound on recorded events (about 38 bytes each, up to 1.5x this before a compaction). */
 export const DEFAULT_RECORD_MAX_ENTRIES = 1_000_000;
@@ -73,27 +73,6 @@ function copyRows(from: EventLog, start: number, end: number, to: EventLog): voi
   for (let i = start; i < end; i++) to.push(from.kind[i]! as EventKind, from.addr[i]!, from.size[i]!, from.stream[i]!, from.device[i]!, from.timeUs[i]!, from.aux[i]!);
 }
 
-/**
- * What each event does to the live state, as deriveSegments (@gmlake/trace) reads it: a
- * segment comes or goes, a block comes, is pending free, or goes. Other kinds change nothing.
- */
-const enum Effect {
-  None,
-  SegmentOn,
-  SegmentOff,
-  BlockOn,
-  BlockPending,
-  BlockOff,
-}
-const EFFECT: Effect[] = [];
-EFFECT[EventKind.segmentAlloc] = Effect.SegmentOn;
-EFFECT[EventKind.segmentMap] = Effect.SegmentOn;
-EFFECT[EventKind.segmentFree] = Effect.SegmentOff;
-EFFECT[EventKind.segmentUnmap] = Effect.SegmentOff;
-EFFECT[EventKind.alloc] = Effect.BlockOn;
-EFFECT[EventKind.freeRequested] = Effect.BlockPending;
-EFFECT[EventKind.freeCompleted] = Effect.BlockOff;
-
 /** The rows of base + log[0, drop) whose effect on the live state is not undone within them, in order. */
 function fold(base: EventLog, log: EventLog, drop: number): EventLog {
   // row numbers: base rows first (0 .. base.length-1), then the dropped log rows
@@ -101,16 +80,16 @@ function fold(base: EventLog, log: EventLog, drop: number): EventLog {
   const blocks = new Map<string, number>();
   const pending = new Map<string, number>();
   const visit = (from: EventLog, i: number, row: number): void => {
-    const effect = EFFECT[from.kind[i]!] ?? Effect.None;
-    if (effect === Effect.None) return;
+    const effect = liveEffect(from.kind[i]!);
+    if (effect === LiveEffect.none) return;
     const key = `${from.device[i]}:${from.addr[i]}`;
-    if (effect === Effect.SegmentOn) segs.set(key, row);
-    else if (effect === Effect.SegmentOff) segs.delete(key);
-    else if (effect === Effect.BlockPending) {
+    if (effect === LiveEffect.segmentOn) segs.set(key, row);
+    else if (effect === LiveEffect.segmentOff) segs.delete(key);
+    else if (effect === LiveEffect.blockPending) {
       if (blocks.has(key)) pending.set(key, row);
     } else {
       pending.delete(key);
-      if (effect === Effect.BlockOn) blocks.set(key, row);
+      if (effect === LiveEffect.blockOn) blocks.set(key, row);
       else blocks.delete(key);
     }
   };

@@ -2,6 +2,7 @@ import type { AllocatorSettings } from "./allocator-settings.js";
 import { EVENT_KIND_NAMES, EventKind, TORCH_ACTIONS } from "./event-kind.js";
 import type { EventLog } from "./event-log.js";
 import { PickleWriter, PyFloat, PyTuple, type PickleValue } from "./pickle-writer.js";
+import { LiveEffect, liveEffect } from "./live-effect.js";
 import { roundSize } from "./round-size.js";
 import type { BlockState, SegmentState } from "./segment-state.js";
 import type { StackFrame } from "./stack-frame.js";
@@ -145,24 +146,22 @@ export function deriveSegments(log: EventLog, framesOf?: (row: number) => readon
     const d = log.device[i];
     const key = `${d}:${log.addr[i]}`;
     const raw = log.streams[log.stream[i]] ?? 0;
-    switch (log.kind[i]) {
-      case EventKind.segmentAlloc:
-      case EventKind.segmentMap:
+    switch (liveEffect(log.kind[i])) {
+      case LiveEffect.segmentOn:
         segs.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, expandable: log.kind[i] === EventKind.segmentMap, row: i });
         break;
-      case EventKind.segmentFree:
-      case EventKind.segmentUnmap:
+      case LiveEffect.segmentOff:
         segs.delete(key);
         break;
-      case EventKind.alloc:
+      case LiveEffect.blockOn:
         blocks.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, pending: false, row: i });
         break;
-      case EventKind.freeRequested: {
+      case LiveEffect.blockPending: {
         const b = blocks.get(key);
         if (b !== undefined) b.pending = true;
         break;
       }
-      case EventKind.freeCompleted:
+      case LiveEffect.blockOff:
         blocks.delete(key);
         break;
     }

@@ -7,6 +7,7 @@ export * from "./round-size.js";
 export * from "./stats.js";
 export * from "./pickle-writer.js";
 export * from "./export-memory-viz.js";
+export * from "./live-effect.js";
 export * from "./timeline.js";
 export * from "./export-chrome-trace.js";
 export * from "./export-jsonl.js";

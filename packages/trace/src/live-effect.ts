@@ -1,0 +1,31 @@
+/**
+ * What an event does to the live state a snapshot reports (its segments and their blocks):
+ * a segment (or mapped range) comes or goes, a block comes, is pending free, or goes.
+ * Every other kind changes nothing. One table, read by deriveSegments and by anything that
+ * must keep the live state of events it drops (torch-alloc's bounded history).
+ */
+import { EventKind } from "./event-kind.js";
+
+export const LiveEffect = {
+  none: 0,
+  segmentOn: 1,
+  segmentOff: 2,
+  blockOn: 3,
+  blockPending: 4,
+  blockOff: 5,
+} as const;
+export type LiveEffect = (typeof LiveEffect)[keyof typeof LiveEffect];
+
+const EFFECT: LiveEffect[] = [];
+EFFECT[EventKind.segmentAlloc] = LiveEffect.segmentOn;
+EFFECT[EventKind.segmentMap] = LiveEffect.segmentOn;
+EFFECT[EventKind.segmentFree] = LiveEffect.segmentOff;
+EFFECT[EventKind.segmentUnmap] = LiveEffect.segmentOff;
+EFFECT[EventKind.alloc] = LiveEffect.blockOn;
+EFFECT[EventKind.freeRequested] = LiveEffect.blockPending;
+EFFECT[EventKind.freeCompleted] = LiveEffect.blockOff;
+
+/** The effect of an event of `kind` on the live state. */
+export function liveEffect(kind: number): LiveEffect {
+  return EFFECT[kind] ?? LiveEffect.none;
+}
