@@ -15,24 +15,9 @@ import { getPolicy, registerPolicy, type Policy } from "@gmlake/stitch";
 
 import { LiveAllocator, type LiveConfig } from "./live-allocator.js";
 import { PairPattern } from "./pair-pattern.js";
+import { OP_ALLOC, OP_FREE, OP_RECORD_STREAM, OP_EMPTY_CACHE, OP_PING, OP_FLUSH, OP_BENCH_PAIRS, STATUS_ERROR, TEXT_STATS, TEXT_SNAPSHOT, TEXT_LAST_ERROR, TEXT_CLOSE, TEXT_FREE_ERRORS, FREE_QUEUE_SLOTS } from "./ops.js";
 
-export const OP_ALLOC = 1;
-export const OP_FREE = 2;
-export const OP_RECORD_STREAM = 3;
-export const OP_EMPTY_CACHE = 4;
-export const OP_PING = 5;
-export const OP_FLUSH = 6;
-/** (pairs, unused, stream) -> ns per alloc+free pair of bench/live-pair.mjs's loop, run here (threading_bench's js_pair). */
-export const OP_BENCH_PAIRS = 7;
-export const STATUS_OOM = -1;
-export const STATUS_ERROR = -2;
-export const TEXT_STATS = 1;
-export const TEXT_SNAPSHOT = 2;
-export const TEXT_LAST_ERROR = 3;
-export const TEXT_CLOSE = 4;
-export const TEXT_FREE_ERRORS = 5;
-/** Slots of the free queue (native/embed.h kFreeQueueSlots). */
-export const FREE_QUEUE_SLOTS = 256;
+export * from "./ops.js";
 
 export interface BridgeConfig extends LiveConfig {
   /** A module that registers a policy (registerPolicy at import) or exports one (default or `policy`). */

@@ -5,10 +5,9 @@
  * bridge's `call` by bench/live-pair.mjs (Node, no native layer) and by the bridge's
  * OP_BENCH_PAIRS (the same loop inside the embedded Node: threading_bench's `js_pair`).
  */
-export type CallFn = (op: number, a: number, b: number, c: number) => number;
+import { OP_ALLOC, OP_FREE } from "./ops.js";
 
-const OP_ALLOC = 1;
-const OP_FREE = 2;
+export type CallFn = (op: number, a: number, b: number, c: number) => number;
 
 export class PairPattern {
   private readonly sizes = new Float64Array(4096);
