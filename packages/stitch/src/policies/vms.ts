@@ -684,7 +684,7 @@ export const vmsPolicy: Policy<VmsOptions> = {
     maxHandlesPerGap: { type: "integer", min: 0, max: 2 ** 20, default: 0, description: "at most this many new handles per gap (larger than maxHandleBytes when the gap needs it); 0 = no limit" },
     minTailHandleBytes: { type: "bytes", min: 1, max: 2 ** 40, default: kSmallBuffer, description: "smallest handle made at the arena's open end (one handle up to maxHandleBytes; the room beyond the request serves the next requests); a multiple of the device granularity" },
     moveFreePages: { type: "boolean", default: true, description: "move free handles to where a request needs memory before making new ones" },
-    crossStream: { type: "boolean", default: true, description: "let a block freed on one stream serve another stream (after a sync)" },
+    crossStream: { type: "boolean", default: true, description: "let a block freed on one stream serve another stream (that stream first waits on an event of the first)" },
     donorOrder: { type: "choice", choices: ["hole", "size"], default: "hole", description: "which free handles move first: those of the smallest free blocks (hole) or the largest (size)" },
     arenaBytes: { type: "bytes", min: 1, max: 2 ** 47, default: null, nullMeans: "2 x device memory", description: "virtual bytes reserved per stream arena" },
   },
