@@ -34,7 +34,7 @@ export { replay, type ReplayOptions, type ReplayResult, type ReplayProbe, type O
 export { replayRow, type ReplayRow } from "./replay-row.js";
 export { verify, type VerifyOptions, type VerifyResult, type SnapshotLike, type SegmentEvent } from "./verify.js";
 export { AddressOracleDriver } from "./address-oracle.js";
-export { LaggingGpu } from "./gpu-lag.js";
+export { LaggingGpu } from "./lagging-gpu.js";
 export { planTrace, type TracePlan } from "./pairing.js";
 export { privatePoolTags, poolStreamKey } from "./private-pools.js";
 export { smallestCapacity, FIT_RESOLUTION, type FitOptions, type FitResult } from "./fit.js";
