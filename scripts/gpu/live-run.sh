@@ -21,6 +21,10 @@
 #              every workload before round 2, so a short call still has a full round), each
 #              TIMING_STEPS steps; the summary pairs step i with the reference's step i of the
 #              same round (same seeds: same shapes) over the steps >= WARMUP
+#   profile    where a step's time goes on the GPU: each of PROFILE_WORKLOADS under each of
+#              PROFILE_ALLOCATORS, PROFILE_RUN_STEPS steps, the steps PROFILE_STEPS under
+#              torch.profiler (time in kernels, the GPU's busy and idle time, the costliest
+#              kernels; kernel_profile.py) and ours timing its own calls (GMLAKE_TIME_CALLS=1)
 #   layout     live_checks.py layout for each of LAYOUT_ALLOCATORS (default pytorch
 #              pytorch-expandable caching expandable vms vms,maxHandleBytes=2097152): copy, add
 #              and matmul speed on the memory as each lays it out (~10 s each)
@@ -33,7 +37,10 @@
 #   vms,crossStream=true vms,crossStream=false; POLICY[,k=v...]), INTEGRITY_SECONDS (default
 #   20), TIMING_WORKLOADS (default llama1b_fsdp gpt2_ft llama1b_lora), TIMING_ALLOCATORS
 #   (default pytorch-expandable pytorch ours:vms ours:caching), TIMING_REPS (default 2),
-#   TIMING_STEPS (default 16), WARMUP (steps left out of step times and steady-state engine
+#   TIMING_STEPS (default 16), TIMING_TIME_CALLS (default 1: ours sums the host time inside
+#   its alloc and free per step, ~0.04 us a call; 0 = off), PROFILE_WORKLOADS (default gpt2_ft),
+#   PROFILE_ALLOCATORS (default pytorch-expandable pytorch ours:vms ours:expandable),
+#   PROFILE_RUN_STEPS (default 10), PROFILE_STEPS (default 3,7,9), WARMUP (steps left out of step times and steady-state engine
 #   counts, default 3), TOTAL seconds for the whole call (default 560), T_<step> a step's
 #   limit, PYTHON (default python3). Before workloads and timing it prints its estimate of
 #   their time (run 6's costs) beside the time left; what does not fit is skipped, tagged.
@@ -61,9 +68,14 @@ timing_workloads=${TIMING_WORKLOADS:-llama1b_fsdp gpt2_ft llama1b_lora}
 timing_allocators=${TIMING_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:caching}
 timing_reps=${TIMING_REPS:-2}
 timing_steps=${TIMING_STEPS:-16}
+timing_time_calls=${TIMING_TIME_CALLS:-1}
+profile_workloads=${PROFILE_WORKLOADS:-gpt2_ft}
+profile_allocators=${PROFILE_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:expandable}
+profile_run_steps=${PROFILE_RUN_STEPS:-10}
+profile_steps=${PROFILE_STEPS:-3,7,9}
 warmup=${WARMUP:-3}
 total_limit=${TOTAL:-560}
-declare -A limit=([setup]=90 [checks]=150 [micro]=150 [threading]=60 [workloads]=400 [timing]=400 [memcheck]=240)
+declare -A limit=([setup]=90 [checks]=150 [micro]=150 [threading]=60 [workloads]=400 [timing]=400 [profile]=120 [memcheck]=240)
 export GMLAKE_TORCH_PY="$root/packages/torch-alloc/python"
 export PYTHONPATH="$GMLAKE_TORCH_PY${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -78,8 +90,8 @@ pack() {
 want() { [[ ",$steps," == *",$1,"* ]]; }
 for s in ${steps//,/ }; do
   case $s in
-    setup | checks | micro | threading | workloads | timing | layout | memcheck) ;;
-    *) echo "live-run: unknown step '$s' in STEPS (setup, checks, micro, threading, workloads, timing, layout, memcheck)" >&2; exit 2 ;;
+    setup | checks | micro | threading | workloads | timing | profile | layout | memcheck) ;;
+    *) echo "live-run: unknown step '$s' in STEPS (setup, checks, micro, threading, workloads, timing, profile, layout, memcheck)" >&2; exit 2 ;;
   esac
 done
 # ALLOCATORS_<workload> when set (even empty), else ALLOCATORS
@@ -240,9 +252,21 @@ step_timing() {
   for ((rep = 1; rep <= timing_reps; rep++)); do
     for w in "${tw[@]}"; do
       for a in "${ta[@]}"; do
-        run "timing-$w-${a//[:,=]/_}-r$rep" "${T_timing:-${limit[timing]}}" "$python" scripts/gpu/live_workloads.py "$w" \
-          --allocator "$a" --steps "$timing_steps" --rep "$rep"
+        run "timing-$w-${a//[:,=]/_}-r$rep" "${T_timing:-${limit[timing]}}" env GMLAKE_TIME_CALLS="$timing_time_calls" \
+          "$python" scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$timing_steps" --rep "$rep"
       done
+    done
+  done
+}
+
+step_profile() {
+  local n=0
+  for w in $profile_workloads; do for a in $profile_allocators; do n=$((n + 1)); done; done
+  echo "== profile: $n runs of $profile_run_steps steps, steps $profile_steps profiled; $(left) s left"
+  for w in $profile_workloads; do
+    for a in $profile_allocators; do
+      run "profile-$w-${a//[:,=]/_}" "${T_profile:-${limit[profile]}}" env GMLAKE_TIME_CALLS=1 "$python" \
+        scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$profile_run_steps" --profile-steps "$profile_steps"
     done
   done
 }

@@ -176,8 +176,8 @@ def engine_steady(r, warmup):
 
 def engine_table(rows, warmup):
     lines = [f"\n## what the engine does in the steady state (ours, steps >= {warmup}, per step)\n",
-             "| workload | allocator | run | steps | driver calls | by kind | driver ms | syncs (all streams) | cross-stream reuses | deferred frees |",
-             "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+             "| workload | allocator | run | steps | driver calls | by kind | driver ms | host ms in alloc+free | syncs (all streams) | cross-stream reuses | deferred frees |",
+             "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     n_rows = 0
     for r in rows:
         if "step_engine" not in r:
@@ -189,11 +189,53 @@ def engine_table(rows, warmup):
         kinds = {k[len("driver."):]: v for k, v in tot.items() if k.startswith("driver.") and v}
         calls = sum(kinds.values())
         by_kind = ", ".join(f"{k} {v / n:.1f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])) or "none"
-        run = f"timing r{r.get('rep')}" if is_timing(r) else "workloads"
+        run = f"timing r{r.get('rep')}" if is_timing(r) else str(r.get("tag", "")).split("-")[0] or "workloads"
+        host = f"{tot['call_us'] / n / 1000:.2f}" if "call_us" in tot else "-"  # GMLAKE_TIME_CALLS=1 runs
         lines.append(f"| {r['workload']} | {r['allocator']} | {run} | {n} | {calls / n:.1f} | {by_kind} | "
-                     f"{tot.get('driver_us', 0) / n / 1000:.2f} | {tot.get('num_sync_all_streams', 0) / n:.2f} | "
+                     f"{tot.get('driver_us', 0) / n / 1000:.2f} | "
+                     f"{host} | "
+                     f"{tot.get('num_sync_all_streams', 0) / n:.2f} | "
                      f"{tot.get('num_cross_stream_reuses', 0) / n:.2f} | {tot.get('num_deferred_frees', 0) / n:.2f} |")
     return lines if n_rows else []
+
+
+def profile_table(rows):
+    """The profiled steps (live-run.sh's `profile` step): per step and allocator what the GPU
+    did, then the kernels whose time moved most against the first allocator's same step."""
+    runs = [r for r in rows if r.get("profiles")]
+    if not runs:
+        return []
+    lines = ["\n## where a step's time goes (profile step: torch.profiler, CUDA activity; ms)\n",
+             "Busy: the union of the GPU's kernel and copy intervals; idle: from the first start to the last end, less busy "
+             "(the GPU waiting for the host). Host in alloc+free: ours' own calls (GMLAKE_TIME_CALLS=1). A profiled step's "
+             "wall time carries the profiler's cost.\n",
+             "| workload | step | allocator | wall | kernels | kernel time | copies | busy | idle | host in alloc+free |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    moved = []
+    by_step = {}
+    for r in runs:
+        for i, p in sorted(r["profiles"].items(), key=lambda kv: int(kv[0])):
+            i = int(i)
+            wall = (r.get("step_s") or [None] * (i + 1))[i]
+            eng = (r.get("step_engine") or [{}] * (i + 1))[i] or {}
+            host = f"{eng['call_us'] / 1000:.2f}" if "call_us" in eng else "-"
+            lines.append(f"| {r['workload']} | {i} | {r['allocator']} | {wall * 1000:.1f} | {p['kernels']} | "
+                         f"{p['kernel_us'] / 1000:.2f} | {p['copy_us'] / 1000:.2f} | {p['busy_us'] / 1000:.2f} | "
+                         f"{p['idle_us'] / 1000:.2f} | {host} |")
+            by_step.setdefault((r["workload"], i), []).append((r["allocator"], p))
+    for (w, i), allocs in by_step.items():
+        ref_name, ref = allocs[0]
+        ref_top = {name: us for name, us, _ in ref["top"]}
+        for a, p in allocs[1:]:
+            deltas = sorted(((us - ref_top[name], name, ref_top[name], us) for name, us, _ in p["top"] if name in ref_top),
+                            key=lambda d: -abs(d[0]))[:3]
+            for d, name, ref_us, us in deltas:
+                moved.append(f"| {w} | {i} | {a} vs {ref_name} | {name[:70]} | {ref_us / 1000:.2f} | {us / 1000:.2f} | {d / 1000:+.2f} |")
+    if moved:
+        lines += ["\nThe costliest kernels whose time moved most (against the first allocator's same step):\n",
+                  "| workload | step | allocators | kernel | ref ms | ms | change |", "| --- | ---: | --- | --- | ---: | ---: | ---: |"]
+        lines += moved
+    return lines
 
 
 def check_detail(r):
@@ -308,7 +350,7 @@ def main(argv):
             diff, ok = value_verdict(r, refs)
             print(f"| {r['workload']} | {r['allocator']} | {r.get('rep')} | {r.get('rc')} | {r.get('steps')} | "
                   f"{gib(eng.get('reserved_bytes.all.peak', r.get('peak_reserved_bytes')))} | {diff} | {ok} |")
-    for line in timing_table(rows, warmup) + engine_table(rows, warmup):
+    for line in timing_table(rows, warmup) + engine_table(rows, warmup) + profile_table(rows):
         print(line)
 
     other = [r for r in rows if not r.get("workload") and not r.get("check") and "threading" not in r

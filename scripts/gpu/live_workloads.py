@@ -6,6 +6,7 @@ llama1b_fsdp, llama1b_lora, opt1b_generate), plus the project's own workloads wh
 buffers change size every step (qwen_lora_bigvocab, gpt2_offload, moe_ft, gpt2_microbatch).
 
 usage: python3 live_workloads.py NAME --allocator A [--steps N] [--record PATH] [--sampler SO] [--rep N]
+                                [--profile-steps I,J]
   A = pytorch              PyTorch's default caching allocator
       pytorch-expandable   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
       ours:POLICY[,k=v...] the stitching engine in this process (packages/torch-alloc)
@@ -13,12 +14,16 @@ usage: python3 live_workloads.py NAME --allocator A [--steps N] [--record PATH] 
                   ours, the engine's own history (gmlake_torch.snapshot)
   --sampler SO    memsampler.so: device memory in use sampled every 100 us inside the steps
   --rep N         the round of live-run.sh's `timing` step this run belongs to (kept in the result)
+  --profile-steps I,J  those steps under torch.profiler (CUDA activity): per step the time in
+                  kernels and copies, the GPU's busy and idle time, the costliest kernels
+                  (kernel_profile.py); a profiled step's wall time is tagged, not comparable
 
 Measured: per step the wall time, the loss (training) or a checksum of the tokens
 (generation) and the sampled peak of device memory in use; the allocator's own peaks. With
 ours, per step also what the engine did in it (`step_engine`: the deltas of its driver calls
 by kind, num_sync_all_streams and num_cross_stream_reuses, read from stats() after the
-step's clock stopped, so the read is not in the step's time).
+step's clock stopped, so the read is not in the step's time; with GMLAKE_TIME_CALLS=1 also
+call_us, the host time spent inside the allocator's alloc and free).
 """
 import argparse, gzip, json, os, pickle, random, sys, time
 
@@ -29,7 +34,12 @@ ap.add_argument("--steps", type=int, default=12)
 ap.add_argument("--record", default=None)
 ap.add_argument("--sampler", default=None)
 ap.add_argument("--rep", type=int, default=None)
+ap.add_argument("--profile-steps", default="")
 args = ap.parse_args()
+try:
+    profile_steps = {int(x) for x in args.profile_steps.split(",") if x.strip()}
+except ValueError:
+    sys.exit(f"live_workloads: --profile-steps: expected step numbers like 6,7, got {args.profile_steps!r}")
 
 if args.allocator == "pytorch-expandable":
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
@@ -87,11 +97,19 @@ def build_causal_lm(kind, **kw):
 steps_out = []
 
 
+profiler = None  # the running torch.profiler of a profiled step
+
+
 def step_begin():
+    global profiler
     if ours is not None and engine_last is None:
         engine_delta()  # the baseline: what the model's build cost is not step 0's
     if sampler is not None:
         sampler.reset()
+    if len(steps_out) in profile_steps:
+        torch.cuda.synchronize()
+        profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+        profiler.__enter__()
     return time.perf_counter()
 
 
@@ -104,6 +122,9 @@ def engine_counts():
     c = {k: int(st.get(k) or 0) for k in ENGINE_COUNTS}
     c.update({"driver." + k: int(v) for k, v in (st.get("driver_calls") or {}).items()})
     c["driver_us"] = float(st.get("driver_total_time_us") or 0)
+    ct = st.get("call_time_us")
+    if ct:
+        c["call_us"] = float(ct["alloc"] + ct["free"])
     return c
 
 
@@ -113,14 +134,25 @@ def engine_delta():
     now = engine_counts()
     last = engine_last or {}
     engine_last = now
-    return {k: round(v - last.get(k, 0), 1) if k == "driver_us" else v - last.get(k, 0)
+    return {k: round(v - last.get(k, 0), 1) if k.endswith("_us") else v - last.get(k, 0)
             for k, v in now.items() if v != last.get(k, 0)}
 
 
 def step_end(t0, value):
+    global profiler
     torch.cuda.synchronize()
     s = time.perf_counter() - t0
     out = {"s": s, "value": value, "peak_used": int(sampler.peak_used()) if sampler is not None else None}
+    if profiler is not None:
+        import tempfile
+        import kernel_profile
+        profiler.__exit__(None, None, None)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "trace.json")
+            profiler.export_chrome_trace(path)
+            with open(path) as f:
+                out["profile"] = kernel_profile.summarize(json.load(f))
+        profiler = None
     if ours is not None:
         out["engine"] = engine_delta()
     steps_out.append(out)
@@ -283,6 +315,8 @@ def main():
     else:
         res["engine"] = ours.stats()
         res["step_engine"] = [s["engine"] for s in steps_out]
+    if profile_steps:
+        res["profiles"] = {str(i): s["profile"] for i, s in enumerate(steps_out) if "profile" in s}
     if args.record and ours is not None:
         # the engine's own history, as a memory-viz pickle (gzip when PATH ends in .gz)
         ours.snapshot(args.record)

@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RUN6 = os.path.join(ROOT, "benchmarks", "h200-2026-12-01", "live-results-run6.jsonl")
 sys.path.insert(0, HERE)
+import kernel_profile  # noqa: E402
 import live_summary  # noqa: E402
 
 # A stand-in for torch, enough for live_checks.py integrity: a tensor is one value over its
@@ -190,6 +191,20 @@ class Summary(unittest.TestCase):
         self.assertEqual(len(bad.stderr.strip().splitlines()), 1)
 
 
+class KernelProfile(unittest.TestCase):
+    def test_busy_is_the_union_and_idle_the_rest(self):
+        ev = lambda cat, ts, dur, name="k": {"ph": "X", "cat": cat, "ts": ts, "dur": dur, "name": name}  # noqa: E731
+        trace = {"traceEvents": [
+            ev("kernel", 100, 50, "gemm"), ev("kernel", 120, 50, "gemm"),  # overlapping (two streams): busy 100..170
+            ev("gpu_memcpy", 200, 10), ev("kernel", 300, 100, "add"),  # gaps 170..200 and 210..300
+            ev("cpu_op", 0, 1000, "aten::add"), {"ph": "i", "cat": "kernel", "ts": 5}]}  # not the GPU's / not a span
+        p = kernel_profile.summarize(trace)
+        self.assertEqual((p["kernels"], p["kernel_us"], p["copy_us"]), (3, 200.0, 10.0))
+        self.assertEqual((p["busy_us"], p["span_us"], p["idle_us"]), (180.0, 300.0, 120.0))
+        self.assertEqual(p["top"], [["gemm", 100.0, 2], ["add", 100.0, 1]])
+        self.assertEqual(kernel_profile.summarize({"traceEvents": []})["kernels"], 0)
+
+
 class Integrity(unittest.TestCase):
     def run_check(self, *argv, corrupt=0, check="integrity"):
         with tempfile.TemporaryDirectory() as d:
@@ -261,7 +276,13 @@ res = {"workload": w, "allocator": alloc, "steps": steps, "median_step_s": 0.3, 
        "rep": rep, "sampler": "--sampler" in a}
 if alloc.startswith("ours:"):
     res["engine"] = {"reserved_bytes.all.peak": 1 << 30, "driver_total_calls": 9, "driver_total_time_us": 10.0}
-    res["step_engine"] = [{"driver.memMap": 9}] + [{"driver.memMap": 1, "num_sync_all_streams": 1}] * (steps - 1)
+    res["step_engine"] = [{"driver.memMap": 9}] + [{"driver.memMap": 1, "num_sync_all_streams": 1, "call_us": 1500.0}] * (steps - 1)
+if "--profile-steps" in a:
+    k = 2.0 if alloc == "ours:vms" else 1.0
+    res["profiles"] = {i: {"kernels": 10, "kernel_us": 200000.0 * k, "copy_us": 0.0, "busy_us": 200000.0 * k,
+                           "span_us": 200000.0 * k + 90000.0, "idle_us": 90000.0,
+                           "top": [["gemm", 150000.0 * k, 5], ["add", 50000.0, 5]]}
+                       for i in a[a.index("--profile-steps") + 1].split(",")}
 print("RESULT " + json.dumps(res))
 EOF
 fi
@@ -285,7 +306,8 @@ class LiveRun(unittest.TestCase):
                 f.write(FAKE_PYTHON)
             os.chmod(py, 0o755)
             env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), GMLAKE_RUN_DIR=os.path.join(d, "work"),
-                       STEPS="timing,workloads", WORKLOADS="gpt2_ft opt1b_generate", ALLOCATORS="pytorch ours:vms pytorch",
+                       STEPS="timing,workloads,profile", PROFILE_ALLOCATORS="pytorch-expandable ours:vms", PROFILE_RUN_STEPS="5",
+                       PROFILE_STEPS="1,3", WORKLOADS="gpt2_ft opt1b_generate", ALLOCATORS="pytorch ours:vms pytorch",
                        ALLOCATORS_opt1b_generate="ours:gmlake", LIVE_STEPS="4", TIMING_WORKLOADS="gpt2_ft llama1b_lora",
                        TIMING_ALLOCATORS="pytorch-expandable pytorch ours:vms", TIMING_REPS="2", TIMING_STEPS="6")
             p = subprocess.run(["bash", os.path.join(HERE, "live-run.sh")], capture_output=True, text=True, env=env,
@@ -296,7 +318,9 @@ class LiveRun(unittest.TestCase):
             with open(os.path.join(d, "out", "live-summary.md")) as f:
                 summary = f.read()
             print(p.stdout[-200:] + summary if os.environ.get("SHOW") else "", end="")
-        tags = [r["tag"] for r in rows]  # in STEPS's order: timing, then workloads
+        tags = [r["tag"] for r in rows]  # in STEPS's order: timing, then workloads, then profile
+        self.assertEqual(tags[-2:], ["profile-gpt2_ft-pytorch-expandable", "profile-gpt2_ft-ours_vms"])
+        tags = tags[:-2]
         self.assertEqual(tags[-4:], ["gpt2_ft-pytorch", "gpt2_ft-ours_vms", "gpt2_ft-pytorch-2", "opt1b_generate-ours_gmlake"])
         self.assertEqual(tags[:3], ["timing-gpt2_ft-pytorch-expandable-r1", "timing-gpt2_ft-pytorch-r1", "timing-gpt2_ft-ours_vms-r1"])
         self.assertEqual(len(tags), 4 + 2 * 2 * 3)
@@ -305,7 +329,11 @@ class LiveRun(unittest.TestCase):
         self.assertIn("estimated ~", p.stdout)
         self.assertIn("| gpt2_ft | ours:vms | 2 | 0.3300 (0.3300..0.3300) | 1.100 (1.100..1.100) | 1.100 (1.100..1.100) |", summary)
         self.assertIn("| gpt2_ft | pytorch | 2 | 0.3000 (0.3000..0.3000) | 1.000 (1.000..1.000) | self: 1.000 (1.000..1.000) |", summary)
-        self.assertIn("| gpt2_ft | ours:vms | timing r1 | 3 | 1.0 | memMap 1.0 |", summary)
+        self.assertIn("| gpt2_ft | ours:vms | timing r1 | 3 | 1.0 | memMap 1.0 | 0.00 | 1.50 |", summary)
+        # the profile table: per step what the GPU did; the kernel that moved against the first allocator
+        self.assertIn("| gpt2_ft | 3 | ours:vms | 330.0 | 10 | 400.00 | 0.00 | 400.00 | 90.00 | 1.50 |", summary)
+        self.assertIn("| gpt2_ft | 1 | pytorch-expandable | 300.0 | 10 | 200.00 | 0.00 | 200.00 | 90.00 | - |", summary)
+        self.assertIn("| gpt2_ft | 1 | ours:vms vs pytorch-expandable | gemm | 150.00 | 300.00 | +150.00 |", summary)
 
 
 if __name__ == "__main__":

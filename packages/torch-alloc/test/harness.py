@@ -206,6 +206,8 @@ def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None)
     if errors:
         return "; ".join(errors[:5])
     stats = gmlake_torch.stats()
+    if "call_time_us" in stats:
+        return "stats() says call_time_us without GMLAKE_TIME_CALLS"
     if stats["live_blocks"] != 0 or stats["allocated_bytes.all.current"] != 0:
         return f"blocks still live after every free: {stats['live_blocks']} ({stats['allocated_bytes.all.current']} bytes)"
     closed = gmlake_torch.close()
@@ -244,6 +246,32 @@ def oom():
     if leaks["liveBytes"] != 0:
         return f"leaked {leaks}"
     print(json.dumps({"case": "oom", "message": msg}))
+    return None
+
+
+def call_times():
+    """GMLAKE_TIME_CALLS=1: stats() counts every alloc and free and sums their time."""
+    native = gmlake_torch.start("vms", driver="host")
+    live = []
+    for i in range(300):
+        st, a = native.try_alloc((i % 7 + 1) * MiB)
+        if st != 0:
+            return f"alloc failed: {native.error()}"
+        live.append((a, (i % 7 + 1) * MiB))
+        if i % 3 == 2:
+            native.free(*live.pop(0))
+    s = gmlake_torch.stats()
+    calls, us = s.get("num_calls"), s.get("call_time_us")
+    if calls != {"alloc": 300, "free": 100}:
+        return f"num_calls = {calls}, expected 300 allocs and 100 frees"
+    if not (us and us["alloc"] > 0 and us["free"] > 0):
+        return f"call_time_us = {us}, expected both > 0"
+    for a, n in live:
+        native.free(a, n)
+    if gmlake_torch.stats()["num_calls"]["free"] != 300:
+        return "the frees after the first stats() were not counted"
+    gmlake_torch.close()
+    print(json.dumps({"case": "call-times", "us_per_alloc": round(us["alloc"] / 300, 2), "us_per_free": round(us["free"] / 100, 2)}))
     return None
 
 
@@ -395,6 +423,7 @@ CASES = {
     "throw": throw_check,
     "oom": oom,
     "bad-free": bad_free,
+    "call-times": call_times,
     "bad-module": bad_module,
     "no-libnode": lambda: expect_start_error("libnode.so.108 not found", policy="caching", driver="host"),
     "bad-policy": lambda: expect_start_error("nope", policy="nope", driver="host"),
@@ -403,7 +432,7 @@ CASES = {
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
 CASES["stress:vms-one-stream-reuse:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "false"})
-ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}}
+ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times": {"GMLAKE_TIME_CALLS": "1"}}
 
 
 def run_one(name):
@@ -428,7 +457,8 @@ def main(argv):
         return 2
     failed = []
     for name in names:
-        env = {**os.environ, **ENV.get(name, {})}
+        env = {k: v for k, v in os.environ.items() if k != "GMLAKE_TIME_CALLS"}
+        env.update(ENV.get(name, {}))
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, __file__, "--one", name], env=env, capture_output=True, text=True, timeout=600)
         status = "ok" if r.returncode == 0 else f"FAILED (exit {r.returncode})"

@@ -12,7 +12,8 @@ the call, else from the environment: GMLAKE_POLICY, GMLAKE_KNOBS ("k=v,k=v" or J
 GMLAKE_DRIVER (cuda | host | sim), GMLAKE_THREADING (locker | thread),
 GMLAKE_POLICY_MODULE, GMLAKE_RECORD (1: keep the history for snapshot()),
 GMLAKE_RECORD_MAX_ENTRIES (the history's bound), GMLAKE_CAPTURE_CHECK (always: ask the
-driver about CUDA-graph capture on every call), GMLAKE_TORCH_ALLOC_LIB (the library's path).
+driver about CUDA-graph capture on every call), GMLAKE_TIME_CALLS (1: stats() says the
+time spent inside alloc and free), GMLAKE_TORCH_ALLOC_LIB (the library's path).
 """
 import ctypes
 import json
@@ -66,6 +67,8 @@ class _Native:
         lib.gmlake_set_oom_thrower.argtypes = [ctypes.c_void_p]
         lib.gmlake_set_capture_check.argtypes = [ctypes.c_int]
         lib.gmlake_set_capture_check.restype = ctypes.c_int
+        lib.gmlake_call_times.argtypes = [ctypes.POINTER(ctypes.c_double)]
+        lib.gmlake_call_times.restype = ctypes.c_int
 
     def error(self):
         return (self.lib.gmlake_last_error() or b"").decode("utf-8", "replace")
@@ -260,12 +263,20 @@ def _require():
 
 def stats():
     """The engine's statistics under torch.cuda.memory_stats()'s names (allocated_bytes.all.current,
-    reserved_bytes.all.peak, num_alloc_retries, num_ooms, ...) plus its own (driver calls and time)."""
-    text = _require().text(_TEXT_STATS)
+    reserved_bytes.all.peak, num_alloc_retries, num_ooms, ...) plus its own (driver calls and time;
+    with GMLAKE_TIME_CALLS=1 also call_time_us and num_calls: the time the calling threads spent
+    inside alloc and free, and how many calls that was)."""
+    native = _require()
+    text = native.text(_TEXT_STATS)
     try:
-        return json.loads(text)
+        st = json.loads(text)
     except ValueError:
         raise GmlakeError(text) from None
+    t = (ctypes.c_double * 4)()
+    if native.lib.gmlake_call_times(t):
+        st["call_time_us"] = {"alloc": t[0] / 1000, "free": t[2] / 1000}
+        st["num_calls"] = {"alloc": int(t[1]), "free": int(t[3])}
+    return st
 
 
 def snapshot(path):
