@@ -30,7 +30,9 @@
 #              and matmul speed on the memory as each lays it out (~10 s each)
 #   memcheck   compute-sanitizer --tool memcheck over live_checks.py smoke with ours:vms
 # Knobs: WORKLOADS (default gpt2_ft), ALLOCATORS (default: pytorch pytorch-expandable
-#   ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=false),
+#   ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=false; also
+#   plug:pytorch and plug:pytorch-expandable, PyTorch's own behind the pluggable interface
+#   with each call timed, which setup then builds: scripts/gpu/pytorch_plug.py),
 #   ALLOCATORS_<workload> (that workload's own list instead of ALLOCATORS; empty = skip it),
 #   LIVE_STEPS (default 12), SMOKE_POLICIES (the checks step's smoke runs, default caching expandable
 #   gmlake vms; empty = none), INTEGRITY_POLICIES (default: pytorch caching expandable gmlake
@@ -79,6 +81,7 @@ declare -A limit=([setup]=90 [checks]=150 [micro]=150 [threading]=60 [workloads]
 export GMLAKE_TORCH_PY="$root/packages/torch-alloc/python"
 export PYTHONPATH="$GMLAKE_TORCH_PY${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+export GMLAKE_PLUG_LIB="$work/libpytorch_plug.so"
 exec > >(tee -a "$OUT/live-run.log") 2>&1
 
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -160,6 +163,10 @@ step_setup() {
   echo "== unpacked in $(elapsed "$t0") s"
   gcc -O2 -shared -fPIC -o "$work/memsampler.so" scripts/gpu/memsampler.c -ldl -lpthread || echo "memsampler build failed"
   run oom-shim "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-oom-shim
+  # PyTorch's own behind the pluggable interface, timed (allocators plug:pytorch, plug:pytorch-expandable)
+  if [[ "$allocators $timing_allocators $profile_allocators $(env | grep '^ALLOCATORS_')" == *plug:* ]]; then
+    run pytorch-plug "${T_setup:-${limit[setup]}}" "$python" scripts/gpu/pytorch_plug.py build "$GMLAKE_PLUG_LIB"
+  fi
   if want micro; then
     run pair-bench "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-pair-bench
   fi

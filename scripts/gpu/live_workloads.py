@@ -10,6 +10,8 @@ usage: python3 live_workloads.py NAME --allocator A [--steps N] [--record PATH] 
   A = pytorch              PyTorch's default caching allocator
       pytorch-expandable   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
       ours:POLICY[,k=v...] the stitching engine in this process (packages/torch-alloc)
+      plug:pytorch, plug:pytorch-expandable  PyTorch's own behind the pluggable interface,
+                           each call timed (pytorch_plug.py; the library at $GMLAKE_PLUG_LIB)
   --record PATH   dump a memory-history snapshot (pickle, gzip when PATH ends in .gz); with
                   ours, the engine's own history (gmlake_torch.snapshot)
   --sampler SO    memsampler.so: device memory in use sampled every 100 us inside the steps
@@ -41,10 +43,12 @@ try:
 except ValueError:
     sys.exit(f"live_workloads: --profile-steps: expected step numbers like 6,7, got {args.profile_steps!r}")
 
-if args.allocator == "pytorch-expandable":
+if args.allocator in ("pytorch-expandable", "plug:pytorch-expandable"):
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-elif args.allocator == "pytorch":
+elif args.allocator in ("pytorch", "plug:pytorch"):
     os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+elif not args.allocator.startswith("ours:"):
+    sys.exit(f"live_workloads: unknown allocator {args.allocator!r}")
 
 import ctypes  # noqa: E402
 
@@ -64,6 +68,11 @@ if args.allocator.startswith("ours:"):
     import gmlake_torch as ours  # noqa: E402
 
     ours.enable(policy=spec[0], record=bool(args.record), **knobs)
+plug = None
+if args.allocator.startswith("plug:"):
+    import pytorch_plug  # noqa: E402
+
+    plug = pytorch_plug.enable(os.environ.get("GMLAKE_PLUG_LIB", "libpytorch_plug.so"))
 
 SEED = 1234
 random.seed(SEED)
@@ -102,7 +111,7 @@ profiler = None  # the running torch.profiler of a profiled step
 
 def step_begin():
     global profiler
-    if ours is not None and engine_last is None:
+    if (ours is not None or plug is not None) and engine_last is None:
         engine_delta()  # the baseline: what the model's build cost is not step 0's
     if sampler is not None:
         sampler.reset()
@@ -118,6 +127,9 @@ engine_last = None  # the engine's counts at the end of the previous step (or be
 
 
 def engine_counts():
+    if plug is not None:  # PyTorch's own behind the plug: only its host time
+        us, n = plug.call_time_us()
+        return {"call_us": us["alloc"] + us["free"], "allocs": n["alloc"]}
     st = ours.stats()
     c = {k: int(st.get(k) or 0) for k in ENGINE_COUNTS}
     c.update({"driver." + k: int(v) for k, v in (st.get("driver_calls") or {}).items()})
@@ -125,6 +137,7 @@ def engine_counts():
     ct = st.get("call_time_us")
     if ct:
         c["call_us"] = float(ct["alloc"] + ct["free"])
+        c["allocs"] = int(st["num_calls"]["alloc"])
     return c
 
 
@@ -153,7 +166,7 @@ def step_end(t0, value):
             with open(path) as f:
                 out["profile"] = kernel_profile.summarize(json.load(f))
         profiler = None
-    if ours is not None:
+    if ours is not None or plug is not None:
         out["engine"] = engine_delta()
     steps_out.append(out)
 
@@ -307,7 +320,11 @@ def main():
         "sampler": sampler is not None, "rep": args.rep,
         "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
     }
-    if ours is None:
+    if plug is not None:
+        res["peak_reserved_bytes"], res["peak_allocated_bytes"] = plug.peaks()
+        res["call_time_us"], res["num_calls"] = plug.call_time_us()
+        res["step_engine"] = [s["engine"] for s in steps_out]
+    elif ours is None:
         st = torch.cuda.memory_stats()
         res.update(peak_reserved_bytes=torch.cuda.max_memory_reserved(), peak_allocated_bytes=torch.cuda.max_memory_allocated(),
                    num_alloc_retries=st.get("num_alloc_retries"), num_device_alloc=st.get("num_device_alloc"),

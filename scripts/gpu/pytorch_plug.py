@@ -1,0 +1,76 @@
+"""PyTorch's own allocator behind the pluggable interface, each call timed (pytorch_plug.cc):
+live_workloads.py's allocators plug:pytorch and plug:pytorch-expandable.
+
+usage: python3 pytorch_plug.py build OUT.so   (g++ against the PyTorch in use; live-run.sh's setup)
+In a job: plug = pytorch_plug.enable(path) before the first CUDA tensor; plug.call_time_us()
+and plug.peaks() after.
+"""
+import ctypes
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def build(out):
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError as e:
+        sys.exit(f"pytorch_plug: needs PyTorch ({e})")
+
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    cmd = ["g++", "-O2", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+           *[f"-I{p}" for p in cpp_extension.include_paths()], f"-I{os.path.join(cuda, 'include')}",
+           os.path.join(HERE, "pytorch_plug.cc"), "-o", out, f"-L{libdir}", "-lc10", "-lc10_cuda", f"-Wl,-rpath,{libdir}"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("pytorch_plug: build failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:300])
+    print(out)
+
+
+class Plug:
+    def __init__(self, lib):
+        self.lib = lib
+
+    def _four(self, fn):
+        t = (ctypes.c_double * 4)()
+        fn(t)
+        return t
+
+    def call_time_us(self):
+        """(alloc us, free us) summed, and (allocs, frees): the same quantities as ours' stats()."""
+        t = self._four(self.lib.plug_call_times)
+        return {"alloc": t[0] / 1000, "free": t[2] / 1000}, {"alloc": int(t[1]), "free": int(t[3])}
+
+    def peaks(self):
+        t = self._four(self.lib.plug_peaks)
+        return int(t[0]), int(t[1])
+
+
+def enable(path):
+    import torch
+
+    if not os.path.exists(path):
+        sys.exit(f"pytorch_plug: {path} missing (python3 scripts/gpu/pytorch_plug.py build {path})")
+    lib = ctypes.CDLL(os.path.abspath(path))
+    lib.plug_call_times.argtypes = lib.plug_peaks.argtypes = [ctypes.POINTER(ctypes.c_double)]
+    if lib.plug_save_native() != 0:
+        sys.exit("pytorch_plug: PyTorch has no CUDA allocator to wrap")
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(os.path.abspath(path), "plug_alloc", "plug_free")
+    h = alloc.allocator()
+    if hasattr(h, "set_reset_fn"):
+        h.set_reset_fn(ctypes.cast(lib.plug_empty_cache, ctypes.c_void_p).value)
+    torch.cuda.memory.change_current_allocator(alloc)
+    plug = Plug(lib)
+    plug.torch_allocator = alloc  # kept alive
+    return plug
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "build":
+        sys.exit("usage: python3 pytorch_plug.py build OUT.so")
+    build(sys.argv[2])
