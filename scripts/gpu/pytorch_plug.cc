@@ -7,6 +7,7 @@
 // Built against the PyTorch in use by pytorch_plug.py (scripts/gpu/live-run.sh's setup).
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <time.h>
 
 #include <atomic>
@@ -17,6 +18,8 @@ namespace {
 namespace A = c10::cuda::CUDACachingAllocator;
 A::CUDAAllocator* g_native = nullptr;  // PyTorch's own, saved before the swap
 std::once_flag g_init;
+// The saved allocator's deleter: its recordStream only acts on DataPtrs that carry it.
+c10::DeleterFnPtr g_rawDelete = nullptr;
 std::atomic<uint64_t> g_ns[2], g_n[2];
 
 uint64_t NowNs() {
@@ -47,13 +50,26 @@ PLUG_EXPORT int plug_save_native() {
 PLUG_EXPORT void* plug_alloc(size_t size, int /*device*/, cudaStream_t stream) {
   Timer t(0);
   // PyTorch initializes the current allocator (now the pluggable one), not the one saved
-  std::call_once(g_init, [] { g_native->init(c10::cuda::device_count()); });
+  std::call_once(g_init, [] {
+    g_native->init(c10::cuda::device_count());
+    c10::DataPtr probe = g_native->allocate(0);  // no memory; only to learn the deleter
+    g_rawDelete = probe.get_deleter();
+  });
   return g_native->raw_alloc_with_stream(size, stream);
 }
 
 PLUG_EXPORT void plug_free(void* ptr, size_t /*size*/, int /*device*/, cudaStream_t /*stream*/) {
   Timer t(1);
   g_native->raw_delete(ptr);
+}
+
+/** tensor.record_stream(): the saved allocator's own recordStream, through a view of the block. */
+PLUG_EXPORT void plug_record_stream(void* ptr, cudaStream_t stream) {
+  if (g_rawDelete == nullptr || ptr == nullptr) return;
+  c10::DeviceIndex dev = c10::cuda::current_device();
+  c10::DataPtr view(ptr, ptr, g_rawDelete, c10::Device(c10::DeviceType::CUDA, dev));
+  g_native->recordStream(view, c10::cuda::getStreamFromExternal(stream, dev));
+  (void)view.release_context().release();  // the block stays allocated: the view owned nothing
 }
 
 PLUG_EXPORT void plug_empty_cache() {

@@ -62,8 +62,11 @@ def enable(path):
         sys.exit("pytorch_plug: PyTorch has no CUDA allocator to wrap")
     alloc = torch.cuda.memory.CUDAPluggableAllocator(os.path.abspath(path), "plug_alloc", "plug_free")
     h = alloc.allocator()
+    addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
     if hasattr(h, "set_reset_fn"):
-        h.set_reset_fn(ctypes.cast(lib.plug_empty_cache, ctypes.c_void_p).value)
+        h.set_reset_fn(addr(lib.plug_empty_cache))
+    if hasattr(h, "set_record_stream_fn"):
+        h.set_record_stream_fn(addr(lib.plug_record_stream))
     torch.cuda.memory.change_current_allocator(alloc)
     plug = Plug(lib)
     plug.torch_allocator = alloc  # kept alive
