@@ -69,7 +69,7 @@ PLUG_EXPORT void plug_record_stream(void* ptr, cudaStream_t stream) {
   c10::DeviceIndex dev = c10::cuda::current_device();
   c10::DataPtr view(ptr, ptr, g_rawDelete, c10::Device(c10::DeviceType::CUDA, dev));
   g_native->recordStream(view, c10::cuda::getStreamFromExternal(stream, dev));
-  (void)view.release_context().release();  // the block stays allocated: the view owned nothing
+  (void)view.release_context();  // the block stays allocated: the view owned nothing
 }
 
 PLUG_EXPORT void plug_empty_cache() {

@@ -28,7 +28,9 @@ def build(out):
            os.path.join(HERE, "pytorch_plug.cc"), "-o", out, f"-L{libdir}", "-lc10", "-lc10_cuda", f"-Wl,-rpath,{libdir}"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        sys.exit("pytorch_plug: build failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:300])
+        lines = r.stderr.strip().splitlines() or ["?"]
+        first = next((l for l in lines if "error" in l), lines[-1])  # the first error, not the caret line
+        sys.exit("pytorch_plug: build failed: " + first.strip()[:400])
     print(out)
 
 
