@@ -164,7 +164,7 @@ step_setup() {
   gcc -O2 -shared -fPIC -o "$work/memsampler.so" scripts/gpu/memsampler.c -ldl -lpthread || echo "memsampler build failed"
   run oom-shim "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-oom-shim
   # PyTorch's own behind the pluggable interface, timed (allocators plug:pytorch, plug:pytorch-expandable)
-  if [[ "$allocators $timing_allocators $profile_allocators $(env | grep '^ALLOCATORS_')" == *plug:* ]]; then
+  if want micro || [[ "$allocators $timing_allocators $profile_allocators $integrity_policies $(env | grep '^ALLOCATORS_')" == *plug:* ]]; then
     run pytorch-plug "${T_setup:-${limit[setup]}}" "$python" scripts/gpu/pytorch_plug.py build "$GMLAKE_PLUG_LIB"
   fi
   if want micro; then
@@ -203,8 +203,9 @@ step_layout() {
 }
 
 step_micro() {
-  for p in pytorch pytorch-expandable caching vms; do
-    run "micro-$p" 45 "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs 200000
+  # plug:pytorch-expandable: PyTorch's own behind the pluggable interface, i.e. what the interface costs
+  for p in pytorch pytorch-expandable plug:pytorch-expandable caching vms; do
+    run "micro-${p//:/_}" 45 "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs 200000
   done
   # the capture check the old way (cuStreamIsCapturing on every alloc and free), beside the default
   run "micro-vms-capture-always" 45 env GMLAKE_CAPTURE_CHECK=always "$python" scripts/gpu/live_checks.py micro --policy vms --pairs 200000

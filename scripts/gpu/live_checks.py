@@ -52,14 +52,20 @@ except ValueError:
     print(f"live_checks: --knobs: expected k=v,k=v, got {args.knobs!r}", file=sys.stderr)
     sys.exit(2)
 
-if args.policy == "pytorch-expandable":
+if args.policy in ("pytorch-expandable", "plug:pytorch-expandable"):
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 ours = None
-if not args.policy.startswith("pytorch"):
+plug = None  # plug:pytorch[-expandable]: PyTorch's own behind the pluggable interface (pytorch_plug.py)
+if args.policy.startswith("plug:"):
+    import pytorch_plug  # noqa: E402
+elif not args.policy.startswith("pytorch"):
     sys.path.insert(0, os.environ.get("GMLAKE_TORCH_PY", os.path.join(os.path.dirname(__file__), "../../packages/torch-alloc/python")))
     import gmlake_torch as ours  # noqa: E402
 
 import torch  # noqa: E402
+
+if args.policy.startswith("plug:"):
+    plug = pytorch_plug.enable(os.environ.get("GMLAKE_PLUG_LIB", "libpytorch_plug.so"))
 
 out = {"check": args.check, "policy": args.policy, "torch": torch.__version__}
 if knobs:
@@ -267,6 +273,8 @@ if args.check == "integrity":
     torch.cuda.synchronize()
 
     def allocated():
+        if plug is not None:
+            return plug.allocated()
         return ours.stats()["allocated_bytes.all.current"] if ours is not None else torch.cuda.memory_allocated()
 
     allocated0 = allocated()  # the counters only

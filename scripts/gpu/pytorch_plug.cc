@@ -85,11 +85,12 @@ PLUG_EXPORT int plug_call_times(double* out) {
   return 1;
 }
 
-/** The saved allocator's peak reserved and peak allocated bytes on device 0 (torch.cuda's raise). */
+/** The saved allocator's peak reserved, peak allocated and allocated bytes on device 0 (torch.cuda's raise). */
 PLUG_EXPORT int plug_peaks(double* out) {
   if (g_native == nullptr) return -1;
   auto st = g_native->getDeviceStats(0);
   out[0] = static_cast<double>(st.reserved_bytes[0].peak);  // [0]: StatType::AGGREGATE
   out[1] = static_cast<double>(st.allocated_bytes[0].peak);
+  out[2] = static_cast<double>(st.allocated_bytes[0].current);
   return 0;
 }

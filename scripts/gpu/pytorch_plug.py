@@ -49,8 +49,13 @@ class Plug:
         return {"alloc": t[0] / 1000, "free": t[2] / 1000}, {"alloc": int(t[1]), "free": int(t[3])}
 
     def peaks(self):
+        """(peak reserved, peak allocated) bytes."""
         t = self._four(self.lib.plug_peaks)
         return int(t[0]), int(t[1])
+
+    def allocated(self):
+        """Bytes allocated now (torch.cuda.memory_allocated raises under a pluggable allocator)."""
+        return int(self._four(self.lib.plug_peaks)[2])
 
 
 def enable(path):
