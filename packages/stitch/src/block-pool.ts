@@ -53,7 +53,7 @@ export class BlockPool {
   private _size = 0;
   /** Emptied buckets kept for reuse: a bucket is four allocations (three off-heap typed arrays), and pools split and drain buckets all the time. */
   private spares: Bucket[] = [];
-  /** Cursor of the last seek()/advance(). */
+  /** Cursor of the last seek()/advance() (delete and replace move it too). */
   private cb = 0;
   private ci = 0;
   /** Free for the owning policy. */
@@ -183,12 +183,8 @@ export class BlockPool {
 
   /** Removes `b` (found by its key); returns false when it is not in the pool. */
   delete(b: Block): boolean {
-    const k = this.bucketFor(b.stream, b.size, b.addr);
-    if (k === this.buckets.length) return false;
-    const bk = this.buckets[k]!;
-    const i = bk.lower(b.stream, b.size, b.addr);
-    if (i >= bk.n || bk.bl[i] !== b) return false;
-    this.removeAt(k, i);
+    if (!this.locate(b)) return false;
+    this.removeAt(this.cb, this.ci);
     return true;
   }
 
@@ -211,18 +207,35 @@ export class BlockPool {
   }
 
   /**
+   * `b` (not in the pool) takes the place of the block at the cursor of the last seek(),
+   * which leaves the pool, as when a best fit is split and its rest goes back: one search
+   * (the seek's) where a delete and an insert take three.
+   */
+  replaceAtCursor(b: Block): void {
+    this.buckets[this.cb]!.bl[this.ci] = b;
+    this.rekeyAt(this.cb, this.ci);
+  }
+
+  /** Sets the cursor on `b` (found by its key); false, cursor unchanged, when b is not in the pool. */
+  private locate(b: Block): boolean {
+    const k = this.bucketFor(b.stream, b.size, b.addr);
+    if (k === this.buckets.length) return false;
+    const bk = this.buckets[k]!;
+    const i = bk.lower(b.stream, b.size, b.addr);
+    if (i >= bk.n || bk.bl[i] !== b) return false;
+    this.cb = k;
+    this.ci = i;
+    return true;
+  }
+
+  /**
    * `b` (not in the pool) takes the place of `old` (in it), as when a free block absorbs a
    * pooled neighbour: one search, and no delete-then-insert where b sorts in old's bucket.
    * Returns false, changing nothing, when old is not in the pool.
    */
   replace(old: Block, b: Block): boolean {
-    const k = this.bucketFor(old.stream, old.size, old.addr);
-    if (k === this.buckets.length) return false;
-    const bk = this.buckets[k]!;
-    const i = bk.lower(old.stream, old.size, old.addr);
-    if (i >= bk.n || bk.bl[i] !== old) return false;
-    bk.bl[i] = b;
-    this.rekeyAt(k, i);
+    if (!this.locate(old)) return false;
+    this.replaceAtCursor(b);
     return true;
   }
 
@@ -444,3 +457,4 @@ export function releaseAvailableCachedBlocks(free: readonly Block[], size: numbe
   }
   return released >= key;
 }
+
