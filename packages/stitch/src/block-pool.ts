@@ -1,8 +1,13 @@
 import type { Block } from "./block.js";
 import { lowerBound } from "./lower-bound.js";
 
-/** Blocks per bucket before it splits in two (a bucket holds at most CAP). */
-const CAP = 16;
+/**
+ * Blocks per bucket before it splits in two (a bucket holds at most CAP). 8 rather than 16:
+ * shorter shifts per insert and delete, and 8 doubles (64 bytes) is the size up to which V8
+ * keeps a typed array's data inside the object itself; measured with
+ * torch-alloc/bench/live-replay.mjs (BENCHMARKS.md "per-call cost over real traces").
+ */
+const CAP = 8;
 const HALF = CAP >> 1;
 
 /** One sorted run of blocks; its keys are also kept in typed arrays so searches touch contiguous memory, not Block objects. */
@@ -35,10 +40,10 @@ class Bucket {
  * The free blocks of one pool ordered by (stream, size, address), as PyTorch's
  * `std::set<Block*, BlockComparatorSize>`, with best-fit lookup by lower bound.
  *
- * A chunked sorted list: sorted buckets of at most 16 blocks, each keeping its keys in
+ * A chunked sorted list: sorted buckets of at most CAP (8) blocks, each keeping its keys in
  * typed arrays, plus the buckets' last keys in typed arrays. A lookup is two binary
  * searches over contiguous numbers (no pointer chasing through Block objects, which is
- * what made a plain comparator-based structure slow); insert/delete shift at most 16
+ * what made a plain comparator-based structure slow); insert/delete shift at most CAP
  * entries. A flat sorted array degrades to O(n) moves with thousands of free blocks; a
  * balanced-tree library allocates a node per entry and calls a comparator per probe.
  */
