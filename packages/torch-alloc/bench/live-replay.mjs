@@ -7,9 +7,15 @@
 // the program's empty_cache calls are made too.
 //   node bench/live-replay.mjs [--trace gpt2_ft] [--policy vms] [--reps 5] [--warmup 1]
 //                              [--streams recorded|one] [--record false|true] [--knobs JSON]
-// Prints one JSON line: ns per alloc+free pair over the whole trace (best and median of the
-// reps, each rep a fresh bridge; warm-up reps first, not counted) and what the engine
-// decided (peak reserved, segments, driver calls): equal before and after a speed change.
+//                              [--evict-kib N]
+// Prints one JSON line: ns per alloc+free pair over the whole trace and over its second
+// half (the steady state; an alloc's share of the frees and empty_cache calls with it), best
+// and median of the reps (each rep a fresh bridge; warm-up reps first, not counted), and what
+// the engine decided (peak reserved, segments, driver calls, a hash of every address handed
+// out): equal before and after a speed change.
+// --evict-kib N: the caches are swept (N KiB read) before each call and only the calls are
+// timed (a clock read around each, about 40 ns, counted): a cold-cache state nearer to
+// PyTorch's process, where the training's own work runs between two allocations.
 // Profile with `node --cpu-prof --cpu-prof-dir=prof bench/live-replay.mjs ...`.
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -31,6 +37,7 @@ const { values } = parseArgs({
     streams: { type: "string", default: "recorded" },
     record: { type: "string", default: "false" },
     knobs: { type: "string", default: "{}" },
+    "evict-kib": { type: "string", default: "0" },
   },
 });
 const reps = Number(values.reps);
@@ -39,6 +46,12 @@ if (!(reps > 0) || !(warmup >= 0) || !["recorded", "one"].includes(values.stream
   console.error("live-replay: --reps takes a positive number, --warmup a number >= 0, --streams recorded or one, --record true or false");
   process.exit(2);
 }
+const evictKib = Number(values["evict-kib"]);
+if (!(evictKib >= 0)) {
+  console.error("live-replay: --evict-kib takes a number >= 0");
+  process.exit(2);
+}
+const junk = evictKib > 0 ? new Float64Array(evictKib * 128) : null;
 let knobs;
 try {
   knobs = JSON.parse(values.knobs);
@@ -91,6 +104,11 @@ for (let i = 0; i < log.length; i++) {
   }
 }
 const stillLive = allocs - freed.reduce((n, f) => n + f, 0);
+// The second half of the trace (from its middle alloc on) is timed on its own too: the
+// steady state, after the warm-up steps that grow the pools (and, on a GPU, call the driver).
+let midOp = 0;
+for (let j = 0, seen = 0; j < ops; j++) if (kind[j] === OP_K_ALLOC && seen++ === allocs >> 1) midOp = j;
+const secondHalf = allocs - (allocs >> 1);
 
 // ---- one rep: a fresh bridge, the whole sequence, driven as embed.cc drives it ----
 async function rep() {
@@ -101,7 +119,7 @@ async function rep() {
   const call = bridge.attachCallSlots(slots);
   const addrOf = new Float64Array(allocs);
   let queued = 0;
-  const invoke = (op, a, b, c) => {
+  const untimed = (op, a, b, c) => {
     queue[0] = queued; // HandOverFrees: the frees queued since the last call
     queued = 0;
     slots[0] = op;
@@ -112,8 +130,27 @@ async function rep() {
     if (queue[1] !== 0) throw new Error(`live-replay: a queued free failed: ${bridge.text(5, "")}`);
     return slots[0];
   };
+  // --evict-kib: the calls alone are timed (the clock read around each), with the caches
+  // swept before each, as the training's own work between two allocations sweeps them.
+  let inCalls = 0n;
+  let inCallsMid = 0n;
+  const timed = (op, a, b, c) => {
+    let x = 0;
+    for (let i = 0; i < junk.length; i += 8) x += junk[i]; // one read per 64-byte line
+    junk[0] = x;
+    const t = process.hrtime.bigint();
+    const r = untimed(op, a, b, c);
+    inCalls += process.hrtime.bigint() - t;
+    return r;
+  };
+  const invoke = junk === null ? untimed : timed;
   const t0 = process.hrtime.bigint();
+  let tMid = t0;
   for (let j = 0; j < ops; j++) {
+    if (j === midOp) {
+      tMid = process.hrtime.bigint();
+      inCallsMid = inCalls;
+    }
     const k = kind[j];
     if (k === OP_K_ALLOC) {
       const p = invoke(OP_ALLOC, size[j], device, stream[j]);
@@ -130,7 +167,9 @@ async function rep() {
     }
   }
   if (queued > 0) invoke(OP_FLUSH, 0, 0, 0);
-  const ns = Number(process.hrtime.bigint() - t0);
+  const tEnd = process.hrtime.bigint();
+  const ns = junk === null ? Number(tEnd - t0) : Number(inCalls);
+  const nsMid = junk === null ? Number(tEnd - tMid) : Number(inCalls - inCallsMid);
   const st = bridge.live.stats();
   let h = 0x811c9dc5; // FNV-1a over every address handed out, in order: equal iff every placement is
   for (let i = 0; i < allocs; i++) {
@@ -149,29 +188,37 @@ async function rep() {
     driver_calls: Object.fromEntries(Object.entries(st.driver_calls).filter(([, v]) => v !== 0)),
   };
   bridge.live.close();
-  return { nsPerPair: ns / allocs, decided };
+  return { nsPerPair: ns / allocs, nsPerPairSecondHalf: nsMid / secondHalf, decided };
 }
 
 const times = [];
+const steady = [];
 let decided = null;
 for (let r = 0; r < warmup + reps; r++) {
   const x = await rep();
   if (decided === null) decided = x.decided;
   else if (JSON.stringify(decided) !== JSON.stringify(x.decided)) throw new Error("live-replay: two reps decided differently");
-  if (r >= warmup) times.push(x.nsPerPair);
+  if (r >= warmup) {
+    times.push(x.nsPerPair);
+    steady.push(x.nsPerPairSecondHalf);
+  }
 }
 times.sort((a, b) => a - b);
+steady.sort((a, b) => a - b);
 console.log(
   JSON.stringify({
     trace: values.trace,
     policy: values.policy,
     streams: values.streams,
     record: values.record === "true",
+    evict_kib: evictKib,
     pairs: allocs,
     still_live_at_end: stillLive,
     reps,
     ns_per_pair_min: Math.round(times[0]),
     ns_per_pair_median: Math.round(times[reps >> 1]),
+    second_half_ns_per_pair_min: Math.round(steady[0]),
+    second_half_ns_per_pair_median: Math.round(steady[reps >> 1]),
     decided,
   }),
 );
