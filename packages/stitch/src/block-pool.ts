@@ -56,7 +56,7 @@ export class BlockPool {
   private mSz = new Float64Array(16);
   private mAd = new Float64Array(16);
   private _size = 0;
-  /** Emptied buckets kept for reuse: a bucket is four allocations (three off-heap typed arrays), and pools split and drain buckets all the time. */
+  /** Emptied buckets kept for reuse: a bucket is four allocations (three typed arrays), and pools split and drain buckets all the time. */
   private spares: Bucket[] = [];
   /** Cursor of the last seek()/advance() (delete and replace move it too). */
   private cb = 0;
@@ -462,4 +462,3 @@ export function releaseAvailableCachedBlocks(free: readonly Block[], size: numbe
   }
   return released >= key;
 }
-
