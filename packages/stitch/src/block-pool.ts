@@ -1,8 +1,13 @@
 import type { Block } from "./block.js";
 import { lowerBound } from "./lower-bound.js";
 
-/** Blocks per bucket before it splits in two (a bucket holds at most CAP). */
-const CAP = 16;
+/**
+ * Blocks per bucket before it splits in two (a bucket holds at most CAP). 8 rather than 16:
+ * shorter shifts per insert and delete, and 8 doubles (64 bytes) is the size up to which V8
+ * keeps a typed array's data inside the object itself; measured with
+ * torch-alloc/bench/live-replay.mjs (BENCHMARKS.md "per-call cost over real traces").
+ */
+const CAP = 8;
 const HALF = CAP >> 1;
 
 /** One sorted run of blocks; its keys are also kept in typed arrays so searches touch contiguous memory, not Block objects. */
@@ -35,10 +40,10 @@ class Bucket {
  * The free blocks of one pool ordered by (stream, size, address), as PyTorch's
  * `std::set<Block*, BlockComparatorSize>`, with best-fit lookup by lower bound.
  *
- * A chunked sorted list: sorted buckets of at most 16 blocks, each keeping its keys in
+ * A chunked sorted list: sorted buckets of at most CAP (8) blocks, each keeping its keys in
  * typed arrays, plus the buckets' last keys in typed arrays. A lookup is two binary
  * searches over contiguous numbers (no pointer chasing through Block objects, which is
- * what made a plain comparator-based structure slow); insert/delete shift at most 16
+ * what made a plain comparator-based structure slow); insert/delete shift at most CAP
  * entries. A flat sorted array degrades to O(n) moves with thousands of free blocks; a
  * balanced-tree library allocates a node per entry and calls a comparator per probe.
  */
@@ -51,9 +56,9 @@ export class BlockPool {
   private mSz = new Float64Array(16);
   private mAd = new Float64Array(16);
   private _size = 0;
-  /** Emptied buckets kept for reuse: a bucket is four allocations (three off-heap typed arrays), and pools split and drain buckets all the time. */
+  /** Emptied buckets kept for reuse: a bucket is four allocations (three typed arrays), and pools split and drain buckets all the time. */
   private spares: Bucket[] = [];
-  /** Cursor of the last seek()/advance(). */
+  /** Cursor of the last seek()/advance() (delete and replace move it too). */
   private cb = 0;
   private ci = 0;
   /** Free for the owning policy. */
@@ -183,12 +188,8 @@ export class BlockPool {
 
   /** Removes `b` (found by its key); returns false when it is not in the pool. */
   delete(b: Block): boolean {
-    const k = this.bucketFor(b.stream, b.size, b.addr);
-    if (k === this.buckets.length) return false;
-    const bk = this.buckets[k]!;
-    const i = bk.lower(b.stream, b.size, b.addr);
-    if (i >= bk.n || bk.bl[i] !== b) return false;
-    this.removeAt(k, i);
+    if (!this.locate(b)) return false;
+    this.removeAt(this.cb, this.ci);
     return true;
   }
 
@@ -211,18 +212,35 @@ export class BlockPool {
   }
 
   /**
+   * `b` (not in the pool) takes the place of the block at the cursor of the last seek(),
+   * which leaves the pool, as when a best fit is split and its rest goes back: one search
+   * (the seek's) where a delete and an insert take three.
+   */
+  replaceAtCursor(b: Block): void {
+    this.buckets[this.cb]!.bl[this.ci] = b;
+    this.rekeyAt(this.cb, this.ci);
+  }
+
+  /** Sets the cursor on `b` (found by its key); false, cursor unchanged, when b is not in the pool. */
+  private locate(b: Block): boolean {
+    const k = this.bucketFor(b.stream, b.size, b.addr);
+    if (k === this.buckets.length) return false;
+    const bk = this.buckets[k]!;
+    const i = bk.lower(b.stream, b.size, b.addr);
+    if (i >= bk.n || bk.bl[i] !== b) return false;
+    this.cb = k;
+    this.ci = i;
+    return true;
+  }
+
+  /**
    * `b` (not in the pool) takes the place of `old` (in it), as when a free block absorbs a
    * pooled neighbour: one search, and no delete-then-insert where b sorts in old's bucket.
    * Returns false, changing nothing, when old is not in the pool.
    */
   replace(old: Block, b: Block): boolean {
-    const k = this.bucketFor(old.stream, old.size, old.addr);
-    if (k === this.buckets.length) return false;
-    const bk = this.buckets[k]!;
-    const i = bk.lower(old.stream, old.size, old.addr);
-    if (i >= bk.n || bk.bl[i] !== old) return false;
-    bk.bl[i] = b;
-    this.rekeyAt(k, i);
+    if (!this.locate(old)) return false;
+    this.replaceAtCursor(b);
     return true;
   }
 

@@ -89,7 +89,8 @@ export class Allocator {
     const options = resolveOptions(this.policy, opts.options);
     this.stats = new AllocatorStats();
     this.recorder = opts.recorder === undefined ? new EventLog(4096) : opts.recorder;
-    this.recordAllocations = opts.recordAllocations ?? true;
+    // with no recorder, no record call per malloc and free at all
+    this.recordAllocations = (opts.recordAllocations ?? true) && this.recorder !== null;
     const chunks = new ChunkPool(driver, opts.chunkSizes ? { chunkSizes: opts.chunkSizes } : {});
     this.ctx = new AllocatorContext(driver, chunks, opts.settings ?? DEFAULT_ALLOCATOR_SETTINGS, this.stats, this.recorder, opts.device ?? 0);
     const x = this.policy.streams?.crossStreamReuse;
@@ -274,6 +275,11 @@ export class Allocator {
     if (!b.pendingFree) {
       throw new StitchError("BAD_ARGUMENT", `block at 0x${b.addr.toString(16)} has no free_requested before free_completed`);
     }
+    this.finishFree(b);
+  }
+
+  /** free_completed of a live block with its free requested (checked by the caller). */
+  private finishFree(b: Block): void {
     this.unlist(b);
     // two-phase frees (a replay's free_requested / free_completed) time themselves: uses recorded for free() are dropped
     if (this.usedOn.size > 0) this.usedOn.delete(b);
@@ -299,7 +305,9 @@ export class Allocator {
     // no lookup (an object key's hash) while no block is used on another stream: most runs
     const streams = this.usedOn.size === 0 ? undefined : this.usedOn.get(b);
     if (streams === undefined) {
-      this.freeCompleted(b);
+      // free_completed at once: freeRequested checked the block, so not twice (every free takes this path)
+      this.ctx.beginCall();
+      this.finishFree(b);
       return;
     }
     this.usedOn.delete(b);

@@ -60,6 +60,14 @@ describe("BlockPool", () => {
                   got.size = ((a * 7) % 60 + 1) * 512;
                   pool.rekeyAtCursor();
                   model.sort(cmp);
+                } else if (a % 6 === 2 && !used.has(got.addr + 256)) {
+                  // a new block takes the place of the one at the cursor (a split's rest): any key, the order must hold
+                  const b = new Block(got.addr + 256, ((a * 5) % 60 + 1) * 512, (a >> 3) % 3, pool);
+                  pool.replaceAtCursor(b);
+                  model.splice(i, 1, b);
+                  used.add(b.addr);
+                  used.delete(got.addr);
+                  model.sort(cmp);
                 } else {
                   expect(pool.advance()).toBe(model[i + 1] ?? null);
                 }

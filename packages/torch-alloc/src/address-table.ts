@@ -37,13 +37,8 @@ export class AddressTable<V> {
   }
 
   get(addr: number): V | undefined {
-    const k = this.keys;
-    const m = this.mask;
-    for (let i = this.home(addr); ; i = (i + 1) & m) {
-      const x = k[i]!;
-      if (x === 0) return undefined;
-      if (x === addr) return this.vals[i]!;
-    }
+    const i = this.slotOf(addr);
+    return i < 0 ? undefined : this.vals[i]!;
   }
 
   set(addr: number, v: V): void {
@@ -66,14 +61,35 @@ export class AddressTable<V> {
   }
 
   delete(addr: number): boolean {
+    const i = this.slotOf(addr);
+    if (i < 0) return false;
+    this.removeSlot(i);
+    return true;
+  }
+
+  /** get and delete in one probe (every free): the value, or undefined (nothing changes) when absent. */
+  take(addr: number): V | undefined {
+    const i = this.slotOf(addr);
+    if (i < 0) return undefined;
+    const v = this.vals[i]!;
+    this.removeSlot(i);
+    return v;
+  }
+
+  /** The slot holding addr, or -1. */
+  private slotOf(addr: number): number {
     const k = this.keys;
     const m = this.mask;
-    let i = this.home(addr);
-    for (; ; i = (i + 1) & m) {
+    for (let i = this.home(addr); ; i = (i + 1) & m) {
       const x = k[i]!;
-      if (x === 0) return false;
-      if (x === addr) break;
+      if (x === 0) return -1;
+      if (x === addr) return i;
     }
+  }
+
+  private removeSlot(i: number): void {
+    const k = this.keys;
+    const m = this.mask;
     // Backward shift: each later entry of the run that may live at i (its home is not in (i, j]) moves there.
     const vals = this.vals;
     for (let j = (i + 1) & m; ; j = (j + 1) & m) {
@@ -89,7 +105,6 @@ export class AddressTable<V> {
     k[i] = 0;
     vals[i] = null;
     this.count--;
-    return true;
   }
 
   clear(): void {

@@ -148,10 +148,9 @@ export class LiveAllocator {
 
   /** PyTorch's free (`stream` = the block's own). Throws on an address that is not live. */
   free(address: number): void {
-    const b = this.live.get(address);
+    const b = this.live.take(address);
     if (b === undefined) throw new Error(`free of 0x${address.toString(16)}, which the allocator did not hand out (or freed already)`);
     this.stamp();
-    this.live.delete(address);
     this.counts.frees++;
     this.allocator.free(b);
     if (this.history !== null) this.history.afterCall();

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { AddressTable } from "../src/address-table.js";
 
 describe("AddressTable", () => {
-  it("agrees with a Map through random sets, gets and deletes, across growth and wrap-around", () => {
+  it("agrees with a Map through random sets, gets, deletes and takes, across growth and wrap-around", () => {
     const t = new AddressTable<number>(16);
     const m = new Map<number, number>();
     let x = 0x9e3779b9;
@@ -17,12 +17,16 @@ describe("AddressTable", () => {
     const keys = Array.from({ length: 300 }, (_, i) => (i % 3 === 0 ? 0x7f00_0000_0000 + i * 2 ** 21 : 512 * (1 + i * 7)));
     for (let step = 0; step < 200_000; step++) {
       const k = keys[rnd() % keys.length]!;
-      const op = rnd() % 3;
+      const op = rnd() % 4;
       if (op === 0) {
         t.set(k, step);
         m.set(k, step);
       } else if (op === 1) {
         expect(t.delete(k)).toBe(m.delete(k));
+      } else if (op === 2) {
+        const want = m.get(k);
+        m.delete(k);
+        expect(t.take(k)).toBe(want);
       } else {
         expect(t.get(k)).toBe(m.get(k));
       }

@@ -116,7 +116,9 @@ export class VmsAllocator implements PolicyInstance {
     const sp = this.smallPool;
     let b = sp.seek(stream, rounded);
     if (b !== null && b.stream === stream) {
-      sp.delete(b);
+      // the rest takes the best fit's place in the pool (no delete and insert)
+      if (b.size - rounded >= kMinBlockSize) sp.replaceAtCursor(splitBack(b, b.addr + rounded));
+      else sp.takeAtCursor();
     } else {
       const host = this.mallocLarge(this.o.smallSegmentBytes, stream);
       if (host === null) return null;
@@ -125,8 +127,8 @@ export class VmsAllocator implements PolicyInstance {
       this.n.smallSegmentsMade++;
       b = new Block(host.addr, host.size, stream, sp);
       b.segment = new SmallSegment(host);
+      if (b.size - rounded >= kMinBlockSize) sp.insert(splitBack(b, b.addr + rounded));
     }
-    if (b.size - rounded >= kMinBlockSize) sp.insert(splitBack(b, b.addr + rounded));
     const host = (b.segment as SmallSegment).host;
     b.seams = host.seams === null ? null : (host.segment as Arena).seams(b.addr, b.addr + b.size);
     return b;
@@ -160,8 +162,11 @@ export class VmsAllocator implements PolicyInstance {
   private mallocLarge(rounded: number, stream: number): Block | null {
     const b = this.pool.seek(stream, rounded);
     if (b !== null && b.stream === stream) {
-      this.pool.delete(b);
-      return this.carve(b, b.addr, rounded);
+      // the rest takes the best fit's place in the pool (no delete and insert)
+      if (b.size > rounded) this.pool.replaceAtCursor(this.split(b, b.addr + rounded));
+      else this.pool.takeAtCursor();
+      b.seams = (b.segment as Arena).seams(b.addr, b.addr + b.size);
+      return b;
     }
     if (this.o.crossStream) {
       // A block freed by another stream: safe once this stream waits for that stream's free (see docs/vms.md).

@@ -1,0 +1,224 @@
+// Per-call cost of the JS side in a realistic state: the alloc/free sequence of a real
+// recorded trace (../shared/traces) driven through the bridge the way native/embed.cc
+// drives it (call slots for allocs; frees written into the free queue and handed over at
+// the next call, a flush when the queue is full), on the sim driver, record off. Each
+// trace address is mapped to the address the bridge returned. A PyTorch free reaches the
+// allocator at the trace's free_requested (free_completed when a trace lacks the request);
+// the program's empty_cache calls are made too.
+//   node bench/live-replay.mjs [--trace gpt2_ft] [--policy vms] [--reps 5] [--warmup 1]
+//                              [--streams recorded|one] [--record false|true] [--knobs JSON]
+//                              [--evict-kib N]
+// Prints one JSON line: ns per alloc+free pair over the whole trace and over its second
+// half (the steady state; an alloc's share of the frees and empty_cache calls with it), best
+// and median of the reps (each rep a fresh bridge; warm-up reps first, not counted), and what
+// the engine decided (peak reserved, segments, driver calls, a hash of every address handed
+// out): equal before and after a speed change.
+// --evict-kib N: the caches are swept (N KiB read) before each call and only the calls are
+// timed (a clock read around each, about 40 ns, counted): a cold-cache state nearer to
+// PyTorch's process, where the training's own work runs between two allocations.
+// Profile with `node --cpu-prof --cpu-prof-dir=prof bench/live-replay.mjs ...`.
+import { existsSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+
+import { planTrace } from "@gmlake/stitch";
+import { EventKind } from "@gmlake/trace";
+import { readSnapshot } from "@gmlake/torch-trace";
+
+import { createBridge, FREE_QUEUE_SLOTS, OP_ALLOC, OP_EMPTY_CACHE, OP_FLUSH } from "../dist/bridge.js";
+
+const { values } = parseArgs({
+  options: {
+    trace: { type: "string", default: "gpt2_ft" },
+    policy: { type: "string", default: "vms" },
+    reps: { type: "string", default: "5" },
+    warmup: { type: "string", default: "1" },
+    streams: { type: "string", default: "recorded" },
+    record: { type: "string", default: "false" },
+    knobs: { type: "string", default: "{}" },
+    "evict-kib": { type: "string", default: "0" },
+  },
+});
+const reps = Number(values.reps);
+const warmup = Number(values.warmup);
+if (!(reps > 0) || !(warmup >= 0) || !["recorded", "one"].includes(values.streams) || !["true", "false"].includes(values.record)) {
+  console.error("live-replay: --reps takes a positive number, --warmup a number >= 0, --streams recorded or one, --record true or false");
+  process.exit(2);
+}
+const evictKib = Number(values["evict-kib"]);
+if (!(evictKib >= 0)) {
+  console.error("live-replay: --evict-kib takes a number >= 0");
+  process.exit(2);
+}
+const junk = evictKib > 0 ? new Float64Array(evictKib * 128) : null;
+let knobs;
+try {
+  knobs = JSON.parse(values.knobs);
+} catch {
+  console.error(`live-replay: --knobs takes a JSON object, not ${values.knobs}`);
+  process.exit(2);
+}
+const shared = process.env.GMLAKE_SHARED ?? join(resolve(dirname(fileURLToPath(import.meta.url)), "../../.."), "..", "shared");
+const file = [values.trace, join(shared, "traces", `${values.trace}.pickle.gz`), join(shared, "traces", values.trace)].find((f) => existsSync(f) && f.includes("."));
+if (file === undefined) {
+  console.error(`live-replay: no trace ${values.trace} (a path, or a name in ${join(shared, "traces")}; set GMLAKE_SHARED)`);
+  process.exit(2);
+}
+
+// ---- the trace as a flat op list (typed arrays, built once: not timed) ----
+const snap = await readSnapshot(file);
+const log = snap.events;
+const { ref, emptyCache } = planTrace(log);
+const device = log.length > 0 ? log.device[0] : 0; // one device: the first one's events
+const OP_K_ALLOC = 0;
+const OP_K_FREE = 1;
+const OP_K_EMPTY = 2;
+const kind = new Uint8Array(log.length);
+const size = new Float64Array(log.length); // alloc: bytes
+const stream = new Float64Array(log.length); // alloc: raw stream
+const slot = new Int32Array(log.length); // alloc: its slot in addrOf; free: its alloc's slot
+const slotOf = new Int32Array(log.length).fill(-1); // event index of an alloc -> slot
+let ops = 0;
+let allocs = 0;
+const freed = new Uint8Array(log.length); // by alloc event index: free already issued
+for (let i = 0; i < log.length; i++) {
+  const k = log.kind[i];
+  if (log.device[i] !== device) continue;
+  if (emptyCache[i] === 1) {
+    kind[ops++] = OP_K_EMPTY;
+    continue;
+  }
+  if (k === EventKind.alloc) {
+    kind[ops] = OP_K_ALLOC;
+    size[ops] = log.size[i];
+    stream[ops] = values.streams === "one" ? 0 : log.streams[log.stream[i]];
+    slotOf[i] = allocs;
+    slot[ops++] = allocs++;
+  } else if (k === EventKind.freeRequested || k === EventKind.freeCompleted) {
+    const a = ref[i];
+    if (a < 0 || freed[a] === 1) continue; // alloc not in the trace, or freed at its request
+    freed[a] = 1;
+    kind[ops] = OP_K_FREE;
+    slot[ops++] = slotOf[a];
+  }
+}
+const stillLive = allocs - freed.reduce((n, f) => n + f, 0);
+// The second half of the trace (from its middle alloc on) is timed on its own too: the
+// steady state, after the warm-up steps that grow the pools (and, on a GPU, call the driver).
+let midOp = 0;
+for (let j = 0, seen = 0; j < ops; j++) if (kind[j] === OP_K_ALLOC && seen++ === allocs >> 1) midOp = j;
+const secondHalf = allocs - (allocs >> 1);
+
+// ---- one rep: a fresh bridge, the whole sequence, driven as embed.cc drives it ----
+async function rep() {
+  const bridge = await createBridge({ policy: values.policy, knobs, driver: "sim", record: values.record === "true", device });
+  const queue = new Float64Array(2 + 3 * FREE_QUEUE_SLOTS);
+  const slots = new Float64Array(4);
+  bridge.attachFreeQueue(queue);
+  const call = bridge.attachCallSlots(slots);
+  const addrOf = new Float64Array(allocs);
+  let queued = 0;
+  const untimed = (op, a, b, c) => {
+    queue[0] = queued; // HandOverFrees: the frees queued since the last call
+    queued = 0;
+    slots[0] = op;
+    slots[1] = a;
+    slots[2] = b;
+    slots[3] = c;
+    call();
+    if (queue[1] !== 0) throw new Error(`live-replay: a queued free failed: ${bridge.text(5, "")}`);
+    return slots[0];
+  };
+  // --evict-kib: the calls alone are timed (the clock read around each), with the caches
+  // swept before each, as the training's own work between two allocations sweeps them.
+  let inCalls = 0n;
+  let inCallsMid = 0n;
+  const timed = (op, a, b, c) => {
+    let x = 0;
+    for (let i = 0; i < junk.length; i += 8) x += junk[i]; // one read per 64-byte line
+    junk[0] = x;
+    const t = process.hrtime.bigint();
+    const r = untimed(op, a, b, c);
+    inCalls += process.hrtime.bigint() - t;
+    return r;
+  };
+  const invoke = junk === null ? untimed : timed;
+  const t0 = process.hrtime.bigint();
+  let tMid = t0;
+  for (let j = 0; j < ops; j++) {
+    if (j === midOp) {
+      tMid = process.hrtime.bigint();
+      inCallsMid = inCalls;
+    }
+    const k = kind[j];
+    if (k === OP_K_ALLOC) {
+      const p = invoke(OP_ALLOC, size[j], device, stream[j]);
+      if (p < 0) throw new Error(`live-replay: alloc(${size[j]}) failed: ${bridge.text(3, "")}`);
+      addrOf[slot[j]] = p;
+    } else if (k === OP_K_FREE) {
+      if (queued === FREE_QUEUE_SLOTS) invoke(OP_FLUSH, 0, 0, 0);
+      const at = 2 + 3 * queued++;
+      queue[at] = addrOf[slot[j]];
+      queue[at + 1] = 0; // size and stream: the native side passes them, the bridge reads only the address
+      queue[at + 2] = 0;
+    } else {
+      invoke(OP_EMPTY_CACHE, 0, 0, 0);
+    }
+  }
+  if (queued > 0) invoke(OP_FLUSH, 0, 0, 0);
+  const tEnd = process.hrtime.bigint();
+  const ns = junk === null ? Number(tEnd - t0) : Number(inCalls);
+  const nsMid = junk === null ? Number(tEnd - tMid) : Number(inCalls - inCallsMid);
+  const st = bridge.live.stats();
+  let h = 0x811c9dc5; // FNV-1a over every address handed out, in order: equal iff every placement is
+  for (let i = 0; i < allocs; i++) {
+    h = Math.imul(h ^ (addrOf[i] % 2 ** 32), 16777619);
+    h = Math.imul(h ^ Math.floor(addrOf[i] / 2 ** 32), 16777619);
+  }
+  const decided = {
+    addresses_hash: (h >>> 0).toString(16),
+    peak_reserved_bytes: st["reserved_bytes.all.peak"],
+    reserved_bytes: st["reserved_bytes.all.current"],
+    segments: st["segment.all.current"],
+    peak_allocated_bytes: st["allocated_bytes.all.peak"],
+    num_alloc_retries: st.num_alloc_retries,
+    num_sync_all_streams: st.num_sync_all_streams,
+    num_cross_stream_reuses: st.num_cross_stream_reuses,
+    driver_calls: Object.fromEntries(Object.entries(st.driver_calls).filter(([, v]) => v !== 0)),
+  };
+  bridge.live.close();
+  return { nsPerPair: ns / allocs, nsPerPairSecondHalf: nsMid / secondHalf, decided };
+}
+
+const times = [];
+const steady = [];
+let decided = null;
+for (let r = 0; r < warmup + reps; r++) {
+  const x = await rep();
+  if (decided === null) decided = x.decided;
+  else if (JSON.stringify(decided) !== JSON.stringify(x.decided)) throw new Error("live-replay: two reps decided differently");
+  if (r >= warmup) {
+    times.push(x.nsPerPair);
+    steady.push(x.nsPerPairSecondHalf);
+  }
+}
+times.sort((a, b) => a - b);
+steady.sort((a, b) => a - b);
+console.log(
+  JSON.stringify({
+    trace: values.trace,
+    policy: values.policy,
+    streams: values.streams,
+    record: values.record === "true",
+    evict_kib: evictKib,
+    pairs: allocs,
+    still_live_at_end: stillLive,
+    reps,
+    ns_per_pair_min: Math.round(times[0]),
+    ns_per_pair_median: Math.round(times[reps >> 1]),
+    second_half_ns_per_pair_min: Math.round(steady[0]),
+    second_half_ns_per_pair_median: Math.round(steady[reps >> 1]),
+    decided,
+  }),
+);
