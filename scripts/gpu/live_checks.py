@@ -374,6 +374,8 @@ if args.check == "integrity":
                                                  "driver_total_calls", "driver_total_time_us", "cross_stream_reuse", "counters")}
         res["engine"]["driver_calls"] = {k: v for k, v in (st.get("driver_calls") or {}).items() if v}
         ok = ok and st.get("pending_frees") == 0
+    elif plug is not None:  # torch.cuda.memory_stats raises under any pluggable allocator
+        res["torch_stats"] = {"reserved_bytes.all.peak": plug.peaks()[0]}
     else:
         st = torch.cuda.memory_stats()
         res["torch_stats"] = {k: st.get(k) for k in ("num_alloc_retries", "num_ooms", "reserved_bytes.all.peak", "num_device_alloc",
