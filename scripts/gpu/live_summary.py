@@ -178,8 +178,8 @@ def engine_table(rows, warmup):
     lines = [f"\n## what the allocator does in the steady state (ours; PyTorch's own behind the plug: host time only; steps >= {warmup}, per step)\n",
              "Host: the time the calling threads spent inside alloc and free (GMLAKE_TIME_CALLS=1, or the plug's timer), per "
              "step and per alloc+free pair.\n",
-             "| workload | allocator | run | steps | driver calls | by kind | driver ms | host ms in alloc+free | host us per pair | syncs (all streams) | cross-stream reuses | deferred frees |",
-             "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| workload | allocator | run | steps | driver calls | by kind | driver ms | host ms in alloc+free | host us per pair | of which enter / prepare / JS / rest | syncs (all streams) | cross-stream reuses | deferred frees |",
+             "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
     n_rows = 0
     for r in rows:
         if "step_engine" not in r:
@@ -194,9 +194,13 @@ def engine_table(rows, warmup):
         run = f"timing r{r.get('rep')}" if is_timing(r) else str(r.get("tag", "")).split("-")[0] or "workloads"
         host = f"{tot['call_us'] / n / 1000:.2f}" if "call_us" in tot else "-"  # GMLAKE_TIME_CALLS=1 runs
         pair = f"{tot['call_us'] / tot['allocs']:.2f}" if tot.get("allocs") else "-"
+        parts = "-"
+        if tot.get("allocs") and "call_js_us" in tot:  # per pair: taking the isolate, scopes + frees' hand-over, JS, the rest
+            ps = [tot.get(f"call_{p}_us", 0) for p in ("enter", "prepare", "js")]
+            parts = " / ".join(f"{v / tot['allocs']:.2f}" for v in ps + [tot["call_us"] - sum(ps)])
         lines.append(f"| {r['workload']} | {r['allocator']} | {run} | {n} | {calls / n:.1f} | {by_kind} | "
                      f"{tot.get('driver_us', 0) / n / 1000:.2f} | "
-                     f"{host} | {pair} | "
+                     f"{host} | {pair} | {parts} | "
                      f"{tot.get('num_sync_all_streams', 0) / n:.2f} | "
                      f"{tot.get('num_cross_stream_reuses', 0) / n:.2f} | {tot.get('num_deferred_frees', 0) / n:.2f} |")
     return lines if n_rows else []

@@ -138,6 +138,9 @@ def engine_counts():
     if ct:
         c["call_us"] = float(ct["alloc"] + ct["free"])
         c["allocs"] = int(st["num_calls"]["alloc"])
+        for part in ("enter", "prepare", "js"):  # the embedding's parts (torch-alloc README)
+            if part in ct:
+                c[f"call_{part}_us"] = float(ct[part])
     return c
 
 

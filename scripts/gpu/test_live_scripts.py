@@ -276,7 +276,7 @@ res = {"workload": w, "allocator": alloc, "steps": steps, "median_step_s": 0.3, 
        "rep": rep, "sampler": "--sampler" in a}
 if alloc.startswith("ours:"):
     res["engine"] = {"reserved_bytes.all.peak": 1 << 30, "driver_total_calls": 9, "driver_total_time_us": 10.0}
-    res["step_engine"] = [{"driver.memMap": 9}] + [{"driver.memMap": 1, "num_sync_all_streams": 1, "call_us": 1500.0, "allocs": 500}] * (steps - 1)
+    res["step_engine"] = [{"driver.memMap": 9}] + [{"driver.memMap": 1, "num_sync_all_streams": 1, "call_us": 1500.0, "allocs": 500, "call_enter_us": 100.0, "call_prepare_us": 50.0, "call_js_us": 1000.0}] * (steps - 1)
 if "--profile-steps" in a:
     k = 2.0 if alloc == "ours:vms" else 1.0
     res["profiles"] = {i: {"kernels": 10, "kernel_us": 200000.0 * k, "copy_us": 0.0, "busy_us": 200000.0 * k,
@@ -329,7 +329,7 @@ class LiveRun(unittest.TestCase):
         self.assertIn("estimated ~", p.stdout)
         self.assertIn("| gpt2_ft | ours:vms | 2 | 0.3300 (0.3300..0.3300) | 1.100 (1.100..1.100) | 1.100 (1.100..1.100) |", summary)
         self.assertIn("| gpt2_ft | pytorch | 2 | 0.3000 (0.3000..0.3000) | 1.000 (1.000..1.000) | self: 1.000 (1.000..1.000) |", summary)
-        self.assertIn("| gpt2_ft | ours:vms | timing r1 | 3 | 1.0 | memMap 1.0 | 0.00 | 1.50 | 3.00 |", summary)
+        self.assertIn("| gpt2_ft | ours:vms | timing r1 | 3 | 1.0 | memMap 1.0 | 0.00 | 1.50 | 3.00 | 0.20 / 0.10 / 2.00 / 0.70 |", summary)
         # the profile table: per step what the GPU did; the kernel that moved against the first allocator
         self.assertIn("| gpt2_ft | 3 | ours:vms | 330.0 | 10 | 400.00 | 0.00 | 400.00 | 90.00 | 1.50 |", summary)
         self.assertIn("| gpt2_ft | 1 | pytorch-expandable | 300.0 | 10 | 200.00 | 0.00 | 200.00 | 90.00 | - |", summary)

@@ -72,6 +72,21 @@ bool g_freeQueueOn = false;  // the bridge took the slots (attachFreeQueue)
 std::string g_startError;  // sticky: a failed start is reported again, never retried
 thread_local std::string t_lastError;
 
+// GMLAKE_TIME_CALLS=1 (read at start): where a call's time goes on this side, summed over
+// the calls that enter JS (a Locker per call): taking the isolate (Locker, Isolate::Scope),
+// the scopes and the hand-over of queued frees, and the JS function itself. The library's
+// own timer has the whole; what is left is leaving (the scopes' and the Locker's destructors).
+bool g_timeParts = false;
+std::atomic<uint64_t> g_partNs[3];  // enter, prepare, js
+std::atomic<uint64_t> g_partCalls{0};
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+thread_local uint64_t t_partStart = 0;  // set by gmlake_embed_call, read by CallJs
+
 std::string Describe(Isolate* isolate, TryCatch& tc) {
   if (!tc.HasCaught()) return "unknown JavaScript error";
   Local<Value> ex = tc.Exception();
@@ -275,9 +290,15 @@ double CallJs(int op, double a, double b, double c, std::string* err) {
   g_callSlots[1] = a;
   g_callSlots[2] = b;
   g_callSlots[3] = c;
+  uint64_t tJs = g_timeParts ? NowNs() : 0;
   if (g_slotCall->Get(g_isolate)->Call(ctx, v8::Undefined(g_isolate), 0, nullptr).IsEmpty()) {
     *err = "gmlake allocator: " + Describe(g_isolate, tc);
     return kStatusError;
+  }
+  if (g_timeParts) {
+    g_partNs[1].fetch_add(tJs - t_partStart, std::memory_order_relaxed);
+    g_partNs[2].fetch_add(NowNs() - tJs, std::memory_order_relaxed);
+    g_partCalls.fetch_add(1, std::memory_order_relaxed);
   }
   double v = g_callSlots[0];
   if (g_freeSlots[1] != 0) ReportFreeErrors();
@@ -434,6 +455,7 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
   if (g_started) return 0;
   if (!g_startError.empty()) return fail(g_startError);
   if (const char* s = std::getenv("GMLAKE_SPIN_US")) g_spinUs = std::atof(s);
+  if (const char* s = std::getenv("GMLAKE_TIME_CALLS")) g_timeParts = *s != '\0' && std::strcmp(s, "0") != 0;
   g_threading = threading;
   std::string startErr;
   if (threading == kThreadingThread) {
@@ -482,13 +504,26 @@ extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
     if (g_box.result < 0) t_lastError = g_box.error;
     return g_box.result;
   }
+  uint64_t t0 = g_timeParts ? NowNs() : 0;
   KeepThreadState();
   Locker locker(g_isolate);
   Isolate::Scope isolateScope(g_isolate);
+  if (g_timeParts) {
+    t_partStart = NowNs();
+    g_partNs[0].fetch_add(t_partStart - t0, std::memory_order_relaxed);
+  }
   std::string err;
   double r = CallJs(op, a, b, c, &err);
   if (r < 0) t_lastError = err;
   return r;
+}
+
+/** GMLAKE_TIME_CALLS=1: out[0..2] ns taking the isolate, preparing, in JS; out[3] calls. 0 when off. */
+extern "C" int gmlake_embed_times(double* out) {
+  if (!g_timeParts) return 0;
+  for (int k = 0; k < 3; k++) out[k] = static_cast<double>(g_partNs[k].load(std::memory_order_relaxed));
+  out[3] = static_cast<double>(g_partCalls.load(std::memory_order_relaxed));
+  return 1;
 }
 
 extern "C" char* gmlake_embed_text(int op, const char* arg) {

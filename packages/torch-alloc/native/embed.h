@@ -53,8 +53,10 @@ enum GmlakeThreading {
 typedef int (*gmlake_embed_start_fn)(const char* boot, const char* config_json, int threading, char* err, size_t errlen);
 typedef double (*gmlake_embed_call_fn)(int op, double a, double b, double c);
 typedef char* (*gmlake_embed_text_fn)(int op, const char* arg);
+typedef int (*gmlake_embed_times_fn)(double* out);
 
 int gmlake_embed_start(const char* boot, const char* config_json, int threading, char* err, size_t errlen);
 double gmlake_embed_call(int op, double a, double b, double c);
 char* gmlake_embed_text(int op, const char* arg);
+int gmlake_embed_times(double* out);
 }

@@ -40,6 +40,7 @@ gmlake_embed_call_fn g_call = nullptr;
 // after that (cached workspaces) is left to the process's end instead of a torn-down Node.
 std::atomic<bool> g_exiting{false};
 gmlake_embed_text_fn g_text = nullptr;
+gmlake_embed_times_fn g_embedTimes = nullptr;
 std::mutex g_startMutex;
 std::string g_startError;
 thread_local std::string t_error;
@@ -276,6 +277,7 @@ GMLAKE_EXPORT int gmlake_start(const char* config_json, int threading) {
   auto call = reinterpret_cast<gmlake_embed_call_fn>(dlsym(embed, "gmlake_embed_call"));
   auto text = reinterpret_cast<gmlake_embed_text_fn>(dlsym(embed, "gmlake_embed_text"));
   if (start == nullptr || call == nullptr || text == nullptr) return fail("gmlake: " + embedPath + " lacks its entry points");
+  g_embedTimes = reinterpret_cast<gmlake_embed_times_fn>(dlsym(embed, "gmlake_embed_times"));
   std::string boot = pkg + "/native/boot.cjs";
   char err[4096] = {0};
   if (start(boot.c_str(), config_json, threading, err, sizeof err) != 0) return fail(std::string("gmlake: ") + err);
@@ -419,7 +421,10 @@ GMLAKE_EXPORT void gmlake_set_oom_thrower(OomThrower fn) { g_oomThrower = fn; }
 
 /**
  * The summed time inside alloc and free (GMLAKE_TIME_CALLS=1): out[0] alloc ns, out[1]
- * allocs, out[2] free ns, out[3] frees. Returns 1, or 0 (out untouched) when not timing.
+ * allocs, out[2] free ns, out[3] frees; then the embedding's parts of the calls that entered
+ * JS (embed.cc): out[4] ns taking the isolate, out[5] preparing (scopes, the queued frees'
+ * hand-over), out[6] in the JS function, out[7] those calls. Returns 1, or 0 (out untouched)
+ * when not timing.
  */
 GMLAKE_EXPORT int gmlake_call_times(double* out) {
   if (!g_timeCalls) return 0;
@@ -427,5 +432,7 @@ GMLAKE_EXPORT int gmlake_call_times(double* out) {
     out[2 * k] = static_cast<double>(g_callNs[k].load(std::memory_order_relaxed));
     out[2 * k + 1] = static_cast<double>(g_callCount[k].load(std::memory_order_relaxed));
   }
+  for (int k = 4; k < 8; k++) out[k] = 0;
+  if (g_embedTimes != nullptr) g_embedTimes(out + 4);
   return 1;
 }

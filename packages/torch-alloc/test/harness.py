@@ -262,16 +262,21 @@ def call_times():
             native.free(*live.pop(0))
     s = gmlake_torch.stats()
     calls, us = s.get("num_calls"), s.get("call_time_us")
-    if calls != {"alloc": 300, "free": 100}:
+    if not calls or (calls["alloc"], calls["free"]) != (300, 100):
         return f"num_calls = {calls}, expected 300 allocs and 100 frees"
     if not (us and us["alloc"] > 0 and us["free"] > 0):
         return f"call_time_us = {us}, expected both > 0"
+    # every alloc enters JS (the frees are queued for the next one); the parts are inside the whole
+    parts = us["enter"] + us["prepare"] + us["js"]
+    if calls["js"] < 300 or not (0 < parts <= us["alloc"] + us["free"]) or min(us["enter"], us["prepare"], us["js"]) <= 0:
+        return f"the embedding's parts: {us}, {calls}: expected >= 300 calls into JS, each part > 0, their sum within alloc + free"
     for a, n in live:
         native.free(a, n)
     if gmlake_torch.stats()["num_calls"]["free"] != 300:
         return "the frees after the first stats() were not counted"
     gmlake_torch.close()
-    print(json.dumps({"case": "call-times", "us_per_alloc": round(us["alloc"] / 300, 2), "us_per_free": round(us["free"] / 100, 2)}))
+    print(json.dumps({"case": "call-times", "us_per_alloc": round(us["alloc"] / 300, 2), "us_per_free": round(us["free"] / 100, 2),
+                      "us_per_js_call": {k: round(us[k] / calls["js"], 2) for k in ("enter", "prepare", "js")}}))
     return None
 
 
