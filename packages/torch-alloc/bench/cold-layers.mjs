@@ -8,6 +8,7 @@
 //   policy  the policy instance's malloc / free alone (no books: a timing probe only)
 // Each depth's figure minus the next one's is what that layer costs cold.
 //   node bench/cold-layers.mjs [--policy vms] [--pairs 20000] [--reps 5] [--sweep-kib 1024]
+//                              [--depth bridge|live|engine|policy] (one depth only)
 // Prints one JSON line: median ns per pair over the reps for each depth (a clock read per
 // call, about 40 ns, included in each).
 import { parseArgs } from "node:util";
@@ -20,6 +21,7 @@ const { values } = parseArgs({
     pairs: { type: "string", default: "20000" },
     reps: { type: "string", default: "5" },
     "sweep-kib": { type: "string", default: "1024" },
+    depth: { type: "string" },
   },
 });
 const pairs = Number(values.pairs);
@@ -97,7 +99,12 @@ async function once(name) {
 
 const out = { policy: values.policy, pairs, reps, sweep_kib: sweepKib };
 const med = (a) => a.sort((p, q) => p - q)[a.length >> 1];
-const names = ["bridge", "live", "engine", "policy"];
+const depths = ["bridge", "live", "engine", "policy"];
+if (values.depth !== undefined && !depths.includes(values.depth)) {
+  console.error(`cold-layers: --depth takes one of ${depths.join(", ")}`);
+  process.exit(2);
+}
+const names = values.depth === undefined ? depths : [values.depth];
 const res = Object.fromEntries(names.map((n) => [n, []]));
 for (let r = 0; r < reps; r++) for (const n of names) res[n].push(await once(n));
 for (const n of names) out[`${n}_ns`] = Math.round(med(res[n]));
