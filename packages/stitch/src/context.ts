@@ -34,6 +34,8 @@ export class AllocatorContext {
   retriedNow = false;
   /** The policy declared streams.crossStreamReuse (set by the engine before create). */
   crossStreamReuse = false;
+  /** The engine checks integrity (set by the engine before create). */
+  integrity = false;
   /** One event per stream, re-recorded at each wait on it. */
   private readonly streamEvents = new Map<number, EventHandle>();
   /** The device was synchronized during this engine call (nothing new is queued while the engine runs). */
@@ -370,6 +372,9 @@ class PolicyView implements PolicyContext {
   }
   get plainSegmentBytes(): number {
     return this.#c.plainBytes;
+  }
+  get integrity(): boolean {
+    return this.#c.integrity;
   }
   segmentAlloc(size: number, stream: number): number {
     return this.#c.segmentAlloc(size, stream);

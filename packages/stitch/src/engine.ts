@@ -96,6 +96,7 @@ export class Allocator {
     const x = this.policy.streams?.crossStreamReuse;
     this.crossStreamReuse = typeof x === "function" ? Boolean(x(options)) : Boolean(x);
     this.ctx.crossStreamReuse = this.crossStreamReuse;
+    this.ctx.integrity = Boolean(opts.integrity);
     this.instance = this.policy.create(this.ctx.policyView, options);
     const ci = opts.checkInvariants ?? false;
     this.invariants = ci === false ? null : new InvariantChecker(this, ci === true ? 4096 : ci);

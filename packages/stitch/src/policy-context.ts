@@ -44,6 +44,12 @@ export interface PolicyContext {
   readonly reservedBytes: number;
   /** Bytes of live plain (cudaMalloc) segments (read-only). */
   readonly plainSegmentBytes: number;
+  /**
+   * The engine stamps and checks allocations (AllocatorOptions.integrity): only then does
+   * it read Block.seams, so a policy may skip working them out otherwise (vms does: a search
+   * of its handles per malloc, cold in a training process).
+   */
+  readonly integrity: boolean;
 
   // ---- physical memory
   /** cudaMalloc a plain segment: its address, or -1 when out of memory. Records segment_alloc. */

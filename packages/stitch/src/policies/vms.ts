@@ -81,6 +81,8 @@ export class VmsAllocator implements PolicyInstance {
   private readonly o: VmsOptions;
   private readonly rp2: number[] | null;
   private readonly g: number;
+  /** Block.seams are worked out only for the engine's integrity checks (a search of the arena's handles per malloc). */
+  private readonly seams: boolean;
   private readonly arenas = new Map<number, Arena>();
   private readonly arenaBytes: number;
   private readonly n = { grows: 0, moved: 0, movedBytes: 0, created: 0, createdBytes: 0, tailRetries: 0, windowScans: 0, crossStreamHits: 0, smallSegments: 0, smallSegmentsMade: 0 };
@@ -93,6 +95,7 @@ export class VmsAllocator implements PolicyInstance {
     const rp2 = o.roundupPower2Divisions ?? ctx.settings.roundupPower2Divisions;
     this.rp2 = rp2.some((d) => d > 1) ? rp2 : null;
     this.g = ctx.device.granularity;
+    this.seams = ctx.integrity;
     // the schema (vmsPolicy.knobs) checked each value; the granularity is the device's
     for (const [k, v] of [
       ["maxHandleBytes", o.maxHandleBytes],
@@ -165,7 +168,7 @@ export class VmsAllocator implements PolicyInstance {
       // the rest takes the best fit's place in the pool (no delete and insert)
       if (b.size > rounded) this.pool.replaceAtCursor(this.split(b, b.addr + rounded));
       else this.pool.takeAtCursor();
-      b.seams = (b.segment as Arena).seams(b.addr, b.addr + b.size);
+      if (this.seams) b.seams = (b.segment as Arena).seams(b.addr, b.addr + b.size);
       return b;
     }
     if (this.o.crossStream) {
@@ -247,7 +250,7 @@ export class VmsAllocator implements PolicyInstance {
       b = r;
     }
     if (b.size > size) this.pool.insert(this.split(b, p + size));
-    b.seams = (b.segment as Arena).seams(b.addr, b.addr + b.size);
+    if (this.seams) b.seams = (b.segment as Arena).seams(b.addr, b.addr + b.size);
     return b;
   }
 
