@@ -344,11 +344,7 @@ inline void CpuRelax() {
 #endif
 }
 
-double NowUs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
+double NowUs() { return static_cast<double>(NowNs()) / 1e3; }
 
 struct Mailbox {
   std::mutex submit;                  // one request in flight

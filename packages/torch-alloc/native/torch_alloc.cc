@@ -282,8 +282,9 @@ GMLAKE_EXPORT int gmlake_start(const char* config_json, int threading) {
   char err[4096] = {0};
   if (start(boot.c_str(), config_json, threading, err, sizeof err) != 0) return fail(std::string("gmlake: ") + err);
   if (std::strstr(config_json, "\"driver\":\"cuda\"") != nullptr) LoadCaptureCheck();
-  const char* timeCalls = std::getenv("GMLAKE_TIME_CALLS");
-  g_timeCalls = timeCalls != nullptr && *timeCalls != '\0' && std::strcmp(timeCalls, "0") != 0;
+  // embed.cc reads GMLAKE_TIME_CALLS at its start; its answer here is whether it is on
+  double probe[4];
+  g_timeCalls = g_embedTimes != nullptr && g_embedTimes(probe) == 1;
   g_text = text;
   g_call = call;
   std::atexit([] { g_exiting.store(true); });
