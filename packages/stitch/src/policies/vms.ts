@@ -168,7 +168,7 @@ export class VmsAllocator implements PolicyInstance {
       // the rest takes the best fit's place in the pool (no delete and insert)
       if (b.size > rounded) this.pool.replaceAtCursor(this.split(b, b.addr + rounded));
       else this.pool.takeAtCursor();
-      if (this.seams) b.seams = (b.segment as Arena).seams(b.addr, b.addr + b.size);
+      this.markSeams(b);
       return b;
     }
     if (this.o.crossStream) {
@@ -250,8 +250,13 @@ export class VmsAllocator implements PolicyInstance {
       b = r;
     }
     if (b.size > size) this.pool.insert(this.split(b, p + size));
-    if (this.seams) b.seams = (b.segment as Arena).seams(b.addr, b.addr + b.size);
+    this.markSeams(b);
     return b;
+  }
+
+  /** Block.seams of a block handed out, for the engine's integrity checks only (see `seams`). */
+  private markSeams(b: Block): void {
+    if (this.seams) b.seams = (b.segment as Arena).seams(b.addr, b.addr + b.size);
   }
 
   private arenaFor(stream: number): Arena {
