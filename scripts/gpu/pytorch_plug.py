@@ -7,28 +7,24 @@ and plug.peaks() after.
 """
 import ctypes
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def build(out):
+    # the same g++ line as gmlake_torch's own shims against this PyTorch (its headers, libc10)
+    sys.path.insert(0, os.environ.get("GMLAKE_TORCH_PY", os.path.join(HERE, "../../packages/torch-alloc/python")))
     try:
-        import torch
-        from torch.utils import cpp_extension
+        import torch  # noqa: F401
     except ImportError as e:
         sys.exit(f"pytorch_plug: needs PyTorch ({e})")
+    import gmlake_torch
 
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
-    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    cmd = ["g++", "-O2", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-           *[f"-I{p}" for p in cpp_extension.include_paths()], f"-I{os.path.join(cuda, 'include')}",
-           os.path.join(HERE, "pytorch_plug.cc"), "-o", out, f"-L{libdir}", "-lc10", "-lc10_cuda", f"-Wl,-rpath,{libdir}"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        lines = r.stderr.strip().splitlines() or ["?"]
+    try:
+        gmlake_torch._build_against_torch(os.path.join(HERE, "pytorch_plug.cc"), out, ["c10", "c10_cuda"], cuda_headers=True)
+    except gmlake_torch.GmlakeError as e:
+        lines = str(e).strip().splitlines() or ["?"]
         first = next((l for l in lines if "error" in l), lines[-1])  # the first error, not the caret line
         sys.exit("pytorch_plug: build failed: " + first.strip()[:400])
     print(out)

@@ -172,11 +172,11 @@ def _oom_shim_path():
 
 
 def _build_against_torch(src_name, out, libs, cuda_headers=False, verbose=False):
-    """g++ one source file of this folder into a shared library against this PyTorch."""
+    """g++ one source file (of this folder, or a path) into a shared library against this PyTorch."""
     import torch
     from torch.utils import cpp_extension
 
-    src = os.path.join(os.path.dirname(__file__), src_name)
+    src = os.path.join(os.path.dirname(__file__), src_name)  # an absolute src_name stays as it is
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     cmd = ["g++", "-O2", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
