@@ -206,6 +206,61 @@ def engine_table(rows, warmup):
     return lines if n_rows else []
 
 
+HOST_REFS = ("plug:pytorch-expandable", "plug:pytorch")  # PyTorch's own allocator, its calls timed
+
+
+def host_extra_table(rows, warmup):
+    """The allocator's host time per step against PyTorch's own (behind the plug, timed the
+    same way) in the same round, step by step: how much longer a host-bound step is. The
+    median over the steps >= warmup of all rounds (min..max of the rounds' medians)."""
+    runs = {}
+    for r in rows:
+        if is_timing(r) and r.get("workload") and r.get("step_engine") and r.get("step_s"):
+            runs.setdefault(r["workload"], {}).setdefault(r["allocator"], {})[r.get("rep")] = r
+    lines = [f"\n## host time in alloc+free per step against PyTorch's own (same round, same step; steps >= {warmup})\n",
+             "Extra: this allocator's host ms in alloc+free minus PyTorch's in the same step of the same round; as % of "
+             "PyTorch's step time there. Medians over the steps of every round (min..max of the rounds' medians).\n",
+             "| workload | allocator | against | rounds | host ms per step | its host ms | extra ms | extra % of step |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    n_rows = 0
+
+    def host(r, i):
+        return r["step_engine"][i].get("call_us")
+
+    for w, by_alloc in runs.items():
+        for ref in HOST_REFS:
+            if ref not in by_alloc:
+                continue
+            for a, reps in by_alloc.items():
+                if a in HOST_REFS:
+                    continue
+                mine, theirs, extra, pct, per_round = [], [], [], [], []
+                for rep, r in reps.items():
+                    q = by_alloc[ref].get(rep)
+                    if q is None:
+                        continue
+                    n = min(len(r["step_engine"]), len(q["step_engine"]), len(q["step_s"]))
+                    ps = []
+                    for i in range(warmup, n):
+                        x, y = host(r, i), host(q, i)
+                        if x is None or y is None:
+                            continue
+                        mine.append(x / 1000)
+                        theirs.append(y / 1000)
+                        extra.append((x - y) / 1000)
+                        ps.append((x - y) / 1000 / (q["step_s"][i] * 1000) * 100)
+                    if ps:
+                        pct += ps
+                        per_round.append(statistics.median(ps))
+                if not pct:
+                    continue
+                n_rows += 1
+                med = statistics.median
+                lines.append(f"| {w} | {a} | {ref} | {len(per_round)} | {med(mine):.2f} | {med(theirs):.2f} | {med(extra):+.2f} | "
+                             f"{med(pct):+.2f} ({min(per_round):+.2f}..{max(per_round):+.2f}) |")
+    return lines if n_rows else []
+
+
 def profile_table(rows):
     """The profiled steps (live-run.sh's `profile` step): per step and allocator what the GPU
     did, then the kernels whose time moved most against the first allocator's same step."""
@@ -357,7 +412,7 @@ def main(argv):
             diff, ok = value_verdict(r, refs)
             print(f"| {r['workload']} | {r['allocator']} | {r.get('rep')} | {r.get('rc')} | {r.get('steps')} | "
                   f"{gib(eng.get('reserved_bytes.all.peak', r.get('peak_reserved_bytes')))} | {diff} | {ok} |")
-    for line in timing_table(rows, warmup) + engine_table(rows, warmup) + profile_table(rows):
+    for line in timing_table(rows, warmup) + engine_table(rows, warmup) + host_extra_table(rows, warmup) + profile_table(rows):
         print(line)
 
     other = [r for r in rows if not r.get("workload") and not r.get("check") and "threading" not in r

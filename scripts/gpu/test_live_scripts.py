@@ -180,6 +180,19 @@ class Summary(unittest.TestCase):
         n, tot = live_summary.engine_steady(r, 3)
         self.assertEqual((n, tot), (2, {"driver.memMap": 6, "num_sync_all_streams": 1, "driver.eventRecord": 2}))
 
+    def test_host_extra_per_step_against_the_plug(self):
+        def run(a, rep, host_ms, step_s=(0.2, 0.2, 0.2, 0.2, 0.2)):
+            return {"tag": f"timing-w-{a}-r{rep}", "workload": "w", "allocator": a, "rep": rep, "step_s": list(step_s),
+                    "step_engine": [{"call_us": h * 1000} for h in host_ms]}
+        rows = [run("plug:pytorch-expandable", 1, [50, 50, 50, 4, 4]), run("ours:vms", 1, [90, 90, 90, 6, 10]),
+                run("plug:pytorch-expandable", 2, [50, 50, 50, 4, 4]), run("ours:vms", 2, [90, 90, 90, 8, 8]),
+                run("ours:vms [--x]", 1, [0, 0, 0, 4, 4])]
+        lines = live_summary.host_extra_table(rows, 3)
+        # round 1: extras 2 and 6 ms (1% and 3% of 200 ms), median 2%; round 2: 4 and 4 (2%)
+        self.assertIn("| w | ours:vms | plug:pytorch-expandable | 2 | 8.00 | 4.00 | +4.00 | +2.00 (+2.00..+2.00) |", lines)
+        self.assertIn("| w | ours:vms [--x] | plug:pytorch-expandable | 1 | 4.00 | 4.00 | +0.00 | +0.00 (+0.00..+0.00) |", lines)
+        self.assertEqual(live_summary.host_extra_table([r for r in rows if r["allocator"] != "plug:pytorch-expandable"], 3), [])
+
     def test_cli_on_run6_and_bad_input(self):
         out = subprocess.run([sys.executable, os.path.join(HERE, "live_summary.py"), RUN6], capture_output=True, text=True)
         self.assertEqual(out.returncode, 0, out.stderr)
@@ -273,7 +286,7 @@ rep = int(a[a.index("--rep") + 1]) if "--rep" in a else None
 slow = 1.1 if alloc == "ours:vms" else 1.0
 res = {"workload": w, "allocator": alloc, "steps": steps, "median_step_s": 0.3, "wall_s": 1.0,
        "values": [10.0 + i for i in range(steps)], "step_s": [2.0] + [0.3 * slow] * (steps - 1),
-       "rep": rep, "sampler": "--sampler" in a}
+       "rep": rep, "sampler": "--sampler" in a, "node_flags": __import__("os").environ.get("GMLAKE_NODE_FLAGS")}
 if alloc.startswith("ours:"):
     res["engine"] = {"reserved_bytes.all.peak": 1 << 30, "driver_total_calls": 9, "driver_total_time_us": 10.0}
     res["step_engine"] = [{"driver.memMap": 9}] + [{"driver.memMap": 1, "num_sync_all_streams": 1, "call_us": 1500.0, "allocs": 500, "call_enter_us": 100.0, "call_prepare_us": 50.0, "call_js_us": 1000.0}] * (steps - 1)
@@ -299,25 +312,36 @@ class LiveRun(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("unknown step 'bogus'", p.stdout + p.stderr)
 
-    def test_loops_tags_and_summary(self):
+    def live_run(self, **knobs):
+        """live-run.sh with the fake python: (its output, the result rows, the summary)."""
         with tempfile.TemporaryDirectory() as d:
             py = os.path.join(d, "python")
             with open(py, "w") as f:
                 f.write(FAKE_PYTHON)
             os.chmod(py, 0o755)
-            env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), GMLAKE_RUN_DIR=os.path.join(d, "work"),
-                       STEPS="timing,workloads,profile", PROFILE_ALLOCATORS="pytorch-expandable ours:vms", PROFILE_RUN_STEPS="5",
-                       PROFILE_STEPS="1,3", WORKLOADS="gpt2_ft opt1b_generate", ALLOCATORS="pytorch ours:vms pytorch",
-                       ALLOCATORS_opt1b_generate="ours:gmlake", LIVE_STEPS="4", TIMING_WORKLOADS="gpt2_ft llama1b_lora",
-                       TIMING_ALLOCATORS="pytorch-expandable pytorch ours:vms", TIMING_REPS="2", TIMING_STEPS="6")
+            env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), GMLAKE_RUN_DIR=os.path.join(d, "work"), **knobs)
             p = subprocess.run(["bash", os.path.join(HERE, "live-run.sh")], capture_output=True, text=True, env=env,
                                cwd=ROOT, timeout=120)
             self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
             with open(os.path.join(d, "out", "live-results.jsonl")) as f:
                 rows = [json.loads(l) for l in f]
             with open(os.path.join(d, "out", "live-summary.md")) as f:
-                summary = f.read()
-            print(p.stdout[-200:] + summary if os.environ.get("SHOW") else "", end="")
+                return p, rows, f.read()
+
+    def test_node_flag_sets_run_ours_once_each(self):
+        _, rows, _ = self.live_run(STEPS="timing", TIMING_WORKLOADS="gpt2_ft", TIMING_ALLOCATORS="pytorch ours:vms", TIMING_REPS="1",
+                                   TIMING_STEPS="4", TIMING_NODE_FLAGS="; --max-semi-space-size=1 --x ")
+        got = [(r["tag"], r.get("node_flags")) for r in rows]
+        self.assertEqual(got, [("timing-gpt2_ft-pytorch-r1", ""), ("timing-gpt2_ft-ours_vms-r1", ""),
+                               ("timing-gpt2_ft-ours_vms-f1-r1", "--max-semi-space-size=1 --x")])
+
+    def test_loops_tags_and_summary(self):
+        p, rows, summary = self.live_run(
+            STEPS="timing,workloads,profile", PROFILE_ALLOCATORS="pytorch-expandable ours:vms", PROFILE_RUN_STEPS="5",
+            PROFILE_STEPS="1,3", WORKLOADS="gpt2_ft opt1b_generate", ALLOCATORS="pytorch ours:vms pytorch",
+            ALLOCATORS_opt1b_generate="ours:gmlake", LIVE_STEPS="4", TIMING_WORKLOADS="gpt2_ft llama1b_lora",
+            TIMING_ALLOCATORS="pytorch-expandable pytorch ours:vms", TIMING_REPS="2", TIMING_STEPS="6")
+        print(p.stdout[-200:] + summary if os.environ.get("SHOW") else "", end="")
         tags = [r["tag"] for r in rows]  # in STEPS's order: timing, then workloads, then profile
         self.assertEqual(tags[-2:], ["profile-gpt2_ft-pytorch-expandable", "profile-gpt2_ft-ours_vms"])
         tags = tags[:-2]

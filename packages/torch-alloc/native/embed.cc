@@ -158,13 +158,31 @@ bool Settle(Local<Promise> promise, double limitS, std::string* err) {
 // thread that will use the isolate first (the caller for locker, the JS thread for thread).
 bool StartNode(const std::string& boot, const std::string& config, std::string* err) {
   std::vector<std::string> args = {"gmlake-torch-alloc"};
+  // NODE_OPTIONS stays off (the training job's own settings are not ours); our Node's own
+  // flags come from GMLAKE_NODE_FLAGS (e.g. V8's --prof to profile the policy in place).
+  if (const char* f = std::getenv("GMLAKE_NODE_FLAGS")) {
+    std::string w;
+    for (const char* c = f;; ++c) {
+      if (*c != '\0' && *c != ' ' && *c != '\t') {
+        w += *c;
+        continue;
+      }
+      if (!w.empty() && w.rfind("--", 0) != 0) {
+        *err = "GMLAKE_NODE_FLAGS takes flags only (each beginning with --), not '" + w + "'";
+        return false;
+      }
+      if (!w.empty()) args.push_back(w);
+      w.clear();
+      if (*c == '\0') break;
+    }
+  }
   using namespace node::ProcessInitializationFlags;
   g_init = node::InitializeOncePerProcess(
                args, {kNoDefaultSignalHandling, kNoStdioInitialization, kNoAdjustResourceLimits, kNoUseLargePages,
                       kDisableNodeOptionsEnv, kNoPrintHelpOrVersionOutput, kNoInitOpenSSL})
                .release();
   if (g_init->early_return() || !g_init->errors().empty()) {
-    *err = "Node.js initialization failed";
+    *err = args.size() > 1 ? "Node.js initialization failed (GMLAKE_NODE_FLAGS: " + std::string(std::getenv("GMLAKE_NODE_FLAGS")) + ")" : "Node.js initialization failed";
     for (const std::string& e : g_init->errors()) *err += ": " + e;
     return false;
   }

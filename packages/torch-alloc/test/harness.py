@@ -20,8 +20,9 @@ crash is then a failed case, not a lost run):
                                allocator goes on working
   bad-free                     a free of an address not live (queued for the next call) is
                                said on stderr, and the allocator goes on working
-  bad-module, no-libnode, bad-policy, bad-knob
+  bad-module, no-libnode, bad-policy, bad-knob, node-flags-not-flags, node-flags-unknown
                                a failing start is a clear error, twice, never a crash
+  node-flags                   GMLAKE_NODE_FLAGS reaches our Node's V8 (--trace-gc prints)
 
 usage: python3 test/harness.py [CASE...]       (no CASE: all of them)
 """
@@ -327,6 +328,30 @@ def expect_start_error(pattern, **kw):
     return None
 
 
+def node_flags():
+    """GMLAKE_NODE_FLAGS reaches our Node's V8 (NODE_OPTIONS does not: the job's own): under
+    --trace-gc and a young generation of 1 MiB the stress prints V8's scavenges."""
+    with tempfile.TemporaryFile() as out:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(out.fileno(), 1)
+        try:
+            err = stress("vms", "locker")
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+        out.seek(0)
+        said = out.read().decode(errors="replace")
+    if err:
+        return err
+    n = said.count("Scavenge")
+    if n < 2:
+        return f"V8 did not get GMLAKE_NODE_FLAGS (--trace-gc printed {n} scavenges): {said[-300:]!r}"
+    print(json.dumps({"case": "node-flags", "scavenges": n}))
+    return None
+
+
 def bad_module():
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "broken-policy.mjs")
@@ -433,11 +458,17 @@ CASES = {
     "no-libnode": lambda: expect_start_error("libnode.so.108 not found", policy="caching", driver="host"),
     "bad-policy": lambda: expect_start_error("nope", policy="nope", driver="host"),
     "bad-knob": lambda: expect_start_error("has no knob colour", policy="vms", driver="host", colour="red"),
+    "node-flags-not-flags": lambda: expect_start_error("GMLAKE_NODE_FLAGS takes flags only (each beginning with --), not 'prof'", policy="vms", driver="host"),
+    "node-flags-unknown": lambda: expect_start_error("bad option: --no-such-flag", policy="vms", driver="host"),
+    "node-flags": node_flags,
 }
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
 CASES["stress:vms-one-stream-reuse:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "false"})
-ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times": {"GMLAKE_TIME_CALLS": "1"}}
+ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times": {"GMLAKE_TIME_CALLS": "1"},
+       "node-flags-not-flags": {"GMLAKE_NODE_FLAGS": "--max-semi-space-size=1 prof"},
+       "node-flags-unknown": {"GMLAKE_NODE_FLAGS": "--no-such-flag"},
+       "node-flags": {"GMLAKE_NODE_FLAGS": " --trace-gc\t--max-semi-space-size=1 --min-semi-space-size=1 "}}
 
 
 def run_one(name):
@@ -462,7 +493,7 @@ def main(argv):
         return 2
     failed = []
     for name in names:
-        env = {k: v for k, v in os.environ.items() if k != "GMLAKE_TIME_CALLS"}
+        env = {k: v for k, v in os.environ.items() if k not in ("GMLAKE_TIME_CALLS", "GMLAKE_NODE_FLAGS")}
         env.update(ENV.get(name, {}))
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, __file__, "--one", name], env=env, capture_output=True, text=True, timeout=600)
