@@ -40,9 +40,10 @@
 #   20), TIMING_WORKLOADS (default llama1b_fsdp gpt2_ft llama1b_lora), TIMING_ALLOCATORS
 #   (default pytorch-expandable pytorch ours:vms ours:caching), TIMING_REPS (default 2),
 #   TIMING_STEPS (default 16), TIMING_TIME_CALLS (default 1: ours sums the host time inside
-#   its alloc and free per step, ~0.04 us a call; 0 = off), TIMING_NODE_FLAGS (flag sets for
-#   the embedded Node, GMLAKE_NODE_FLAGS, separated by ';': each ours: allocator runs once per
-#   set, an empty set meaning none, e.g. ";--max-semi-space-size=1"; default: one run, none), PROFILE_WORKLOADS (default gpt2_ft),
+#   its alloc and free per step, ~0.04 us a call; 0 = off), TIMING_ENVS (sets of environment
+#   settings, separated by ';', each shell words VAR=value: each ours: allocator runs once per
+#   set, labelled with it, an empty set meaning none, e.g.
+#   ';GMLAKE_THREADING=thread;GMLAKE_NODE_FLAGS="--max-semi-space-size=1"'; default: one run), PROFILE_WORKLOADS (default gpt2_ft),
 #   PROFILE_ALLOCATORS (default pytorch-expandable pytorch ours:vms ours:expandable),
 #   PROFILE_RUN_STEPS (default 10), PROFILE_STEPS (default 3,7,9), WARMUP (steps left out of step times and steady-state engine
 #   counts, default 3), TOTAL seconds for the whole call (default 560), T_<step> a step's
@@ -262,13 +263,15 @@ step_timing() {
   for ((rep = 1; rep <= timing_reps; rep++)); do
     for w in "${tw[@]}"; do
       for a in "${ta[@]}"; do
-        # ours once per flag set of TIMING_NODE_FLAGS (f1, f2, ... in the tag past the first)
-        local sets=("") k=0 fl
-        if [[ $a == ours:* && -n "${TIMING_NODE_FLAGS:-}" ]]; then IFS=';' read -ra sets <<<"$TIMING_NODE_FLAGS"; fi
-        for fl in "${sets[@]}"; do
-          fl=$(echo "$fl" | xargs)
-          run "timing-$w-${a//[:,=]/_}$([ $k -gt 0 ] && echo "-f$k")-r$rep" "${T_timing:-${limit[timing]}}" env GMLAKE_TIME_CALLS="$timing_time_calls" \
-            GMLAKE_NODE_FLAGS="$fl" "$python" scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$timing_steps" --rep "$rep"
+        # ours once per set of TIMING_ENVS (e1, e2, ... in the tag past the first)
+        local sets=("") k=0 e
+        if [[ $a == ours:* && -n "${TIMING_ENVS:-}" ]]; then IFS=';' read -ra sets <<<"$TIMING_ENVS"; fi
+        for e in "${sets[@]}"; do
+          e=$(echo "$e" | sed 's/^ *//; s/ *$//')
+          local -a assign=()
+          eval "assign=($e)" || { echo "live-run: TIMING_ENVS: cannot read the set '$e'" >&2; exit 2; }
+          run "timing-$w-${a//[:,=]/_}$([ $k -gt 0 ] && echo "-e$k")-r$rep" "${T_timing:-${limit[timing]}}" env GMLAKE_TIME_CALLS="$timing_time_calls" \
+            GMLAKE_RUN_LABEL="$e" "${assign[@]}" "$python" scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$timing_steps" --rep "$rep"
           k=$((k + 1))
         done
       done

@@ -313,10 +313,10 @@ def main():
         sampler.stop()
     times = sorted(s["s"] for s in steps_out)
     used = [s["peak_used"] for s in steps_out if s["peak_used"] is not None]
-    # ours under GMLAKE_NODE_FLAGS (the embedded Node's flags) is another allocator to compare
-    flags = os.environ.get("GMLAKE_NODE_FLAGS", "").strip() if ours is not None else ""
+    # ours under other settings (live-run.sh's TIMING_ENVS) is another allocator to compare
+    label = os.environ.get("GMLAKE_RUN_LABEL", "").strip() if ours is not None else ""
     res = {
-        "workload": args.name, "allocator": args.allocator + (f" [{flags}]" if flags else ""), "steps": len(steps_out),
+        "workload": args.name, "allocator": args.allocator + (f" [{label}]" if label else ""), "steps": len(steps_out),
         "median_step_s": times[len(times) // 2], "wall_s": wall,
         "values": [s["value"] for s in steps_out], "step_s": [s["s"] for s in steps_out],
         "used_before_bytes": total - free0,

@@ -286,7 +286,8 @@ rep = int(a[a.index("--rep") + 1]) if "--rep" in a else None
 slow = 1.1 if alloc == "ours:vms" else 1.0
 res = {"workload": w, "allocator": alloc, "steps": steps, "median_step_s": 0.3, "wall_s": 1.0,
        "values": [10.0 + i for i in range(steps)], "step_s": [2.0] + [0.3 * slow] * (steps - 1),
-       "rep": rep, "sampler": "--sampler" in a, "node_flags": __import__("os").environ.get("GMLAKE_NODE_FLAGS")}
+       "rep": rep, "sampler": "--sampler" in a, "node_flags": __import__("os").environ.get("GMLAKE_NODE_FLAGS"),
+       "threading": __import__("os").environ.get("GMLAKE_THREADING"), "label": __import__("os").environ.get("GMLAKE_RUN_LABEL")}
 if alloc.startswith("ours:"):
     res["engine"] = {"reserved_bytes.all.peak": 1 << 30, "driver_total_calls": 9, "driver_total_time_us": 10.0}
     res["step_engine"] = [{"driver.memMap": 9}] + [{"driver.memMap": 1, "num_sync_all_streams": 1, "call_us": 1500.0, "allocs": 500, "call_enter_us": 100.0, "call_prepare_us": 50.0, "call_js_us": 1000.0}] * (steps - 1)
@@ -328,12 +329,13 @@ class LiveRun(unittest.TestCase):
             with open(os.path.join(d, "out", "live-summary.md")) as f:
                 return p, rows, f.read()
 
-    def test_node_flag_sets_run_ours_once_each(self):
+    def test_env_sets_run_ours_once_each(self):
         _, rows, _ = self.live_run(STEPS="timing", TIMING_WORKLOADS="gpt2_ft", TIMING_ALLOCATORS="pytorch ours:vms", TIMING_REPS="1",
-                                   TIMING_STEPS="4", TIMING_NODE_FLAGS="; --max-semi-space-size=1 --x ")
-        got = [(r["tag"], r.get("node_flags")) for r in rows]
-        self.assertEqual(got, [("timing-gpt2_ft-pytorch-r1", ""), ("timing-gpt2_ft-ours_vms-r1", ""),
-                               ("timing-gpt2_ft-ours_vms-f1-r1", "--max-semi-space-size=1 --x")])
+                                   TIMING_STEPS="4", TIMING_ENVS='; GMLAKE_NODE_FLAGS="--max-semi-space-size=1 --x" ;GMLAKE_THREADING=thread')
+        got = [(r["tag"], r.get("node_flags"), r.get("threading"), r.get("label")) for r in rows]
+        self.assertEqual(got, [("timing-gpt2_ft-pytorch-r1", None, None, ""), ("timing-gpt2_ft-ours_vms-r1", None, None, ""),
+                               ("timing-gpt2_ft-ours_vms-e1-r1", "--max-semi-space-size=1 --x", None, 'GMLAKE_NODE_FLAGS="--max-semi-space-size=1 --x"'),
+                               ("timing-gpt2_ft-ours_vms-e2-r1", None, "thread", "GMLAKE_THREADING=thread")])
 
     def test_loops_tags_and_summary(self):
         p, rows, summary = self.live_run(

@@ -73,9 +73,11 @@ std::string g_startError;  // sticky: a failed start is reported again, never re
 thread_local std::string t_lastError;
 
 // GMLAKE_TIME_CALLS=1 (read at start): where a call's time goes on this side, summed over
-// the calls that enter JS (a Locker per call): taking the isolate (Locker, Isolate::Scope),
-// the scopes and the hand-over of queued frees, and the JS function itself. The library's
-// own timer has the whole; what is left is leaving (the scopes' and the Locker's destructors).
+// the calls that enter JS (a Locker per call): taking the isolate (Locker, Isolate::Scope;
+// with one JS thread: from the post to the JS thread's pick-up), the scopes and the
+// hand-over of queued frees, and the JS function itself. The library's own timer has the
+// whole; what is left is leaving (the scopes' and the Locker's destructors; the answer's
+// way back).
 bool g_timeParts = false;
 std::atomic<uint64_t> g_partNs[3];  // enter, prepare, js
 std::atomic<uint64_t> g_partCalls{0};
@@ -374,6 +376,7 @@ struct Mailbox {
   bool isText = false;
   int op = 0;
   double a = 0, b = 0, c = 0;
+  uint64_t postedNs = 0;  // GMLAKE_TIME_CALLS: when the caller posted it (the hand-off is the "enter" part)
   std::string textArg;
   // the answer
   double result = 0;
@@ -414,6 +417,10 @@ void JsThreadMain(std::string boot, std::string config, std::mutex* m, std::cond
     if (g_box.isText) {
       g_box.textOut = TextJs(g_box.op, g_box.textArg);
     } else {
+      if (g_timeParts) {
+        t_partStart = NowNs();
+        g_partNs[0].fetch_add(t_partStart - g_box.postedNs, std::memory_order_relaxed);
+      }
       g_box.result = CallJs(g_box.op, g_box.a, g_box.b, g_box.c, &g_box.error);
     }
     g_box.done.store(seen, std::memory_order_seq_cst);
@@ -514,6 +521,7 @@ extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
     g_box.a = a;
     g_box.b = b;
     g_box.c = c;
+    if (g_timeParts) g_box.postedNs = NowNs();
     PostAndWait();
     if (g_box.result < 0) t_lastError = g_box.error;
     return g_box.result;

@@ -23,6 +23,9 @@ crash is then a failed case, not a lost run):
   bad-module, no-libnode, bad-policy, bad-knob, node-flags-not-flags, node-flags-unknown
                                a failing start is a clear error, twice, never a crash
   node-flags                   GMLAKE_NODE_FLAGS reaches our Node's V8 (--trace-gc prints)
+  call-times, call-times:thread
+                               GMLAKE_TIME_CALLS=1: every call counted and timed, the
+                               embedding's parts inside the whole (Locker; one JS thread)
 
 usage: python3 test/harness.py [CASE...]       (no CASE: all of them)
 """
@@ -454,6 +457,7 @@ CASES = {
     "oom": oom,
     "bad-free": bad_free,
     "call-times": call_times,
+    "call-times:thread": call_times,
     "bad-module": bad_module,
     "no-libnode": lambda: expect_start_error("libnode.so.108 not found", policy="caching", driver="host"),
     "bad-policy": lambda: expect_start_error("nope", policy="nope", driver="host"),
@@ -466,6 +470,8 @@ for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "lock
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
 CASES["stress:vms-one-stream-reuse:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "false"})
 ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times": {"GMLAKE_TIME_CALLS": "1"},
+       # one JS thread: "enter" is the hand-off (the post to the JS thread's pick-up)
+       "call-times:thread": {"GMLAKE_TIME_CALLS": "1", "GMLAKE_THREADING": "thread"},
        "node-flags-not-flags": {"GMLAKE_NODE_FLAGS": "--max-semi-space-size=1 prof"},
        "node-flags-unknown": {"GMLAKE_NODE_FLAGS": "--no-such-flag"},
        "node-flags": {"GMLAKE_NODE_FLAGS": " --trace-gc\t--max-semi-space-size=1 --min-semi-space-size=1 "}}
@@ -493,7 +499,7 @@ def main(argv):
         return 2
     failed = []
     for name in names:
-        env = {k: v for k, v in os.environ.items() if k not in ("GMLAKE_TIME_CALLS", "GMLAKE_NODE_FLAGS")}
+        env = {k: v for k, v in os.environ.items() if k not in ("GMLAKE_TIME_CALLS", "GMLAKE_NODE_FLAGS", "GMLAKE_THREADING")}
         env.update(ENV.get(name, {}))
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, __file__, "--one", name], env=env, capture_output=True, text=True, timeout=600)

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Driver time with every trace x policy in its own process, so that each pays its own first
+# touch of device memory (driver-time.mjs replays them all in one process, where whatever
+# runs first pays the process's first touch alone). On the GPU host, from the full bundle:
+#   bash scripts/gpu/run.sh bash ../../scripts/gpu/driver-time-fresh.sh [REPS] [SPEC...]
+# SPEC: a policy, or POLICY:{json options} (e.g. 'vms:{"minTailHandleBytes":134217728}');
+# default: vms caching. REPS (default 2): processes per trace and spec, in turns (ABAB).
+# DRIVER: cuda (default), or sim / host to try the script without a GPU.
+# TRACES: substrings picking traces (default: every trace of the shared traces and of
+# CORPUS, default corpus/ beside this script's workspace).
+# Prints one markdown table (median and range over the processes of "% of trace" and
+# driver ms, teardown apart) and writes it to $OUT/driver-time-fresh.md.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+bench=$repo/packages/stitch/bench/driver-time.mjs
+driver=${DRIVER:-cuda}
+reps=${1:-2}
+shift || true
+specs=("$@")
+[ ${#specs[@]} -eq 0 ] && specs=(vms caching)
+if ! [[ $reps =~ ^[1-9][0-9]*$ ]]; then
+  echo "driver-time-fresh: REPS must be a positive number, not '$reps'" >&2
+  exit 2
+fi
+shared=${GMLAKE_SHARED:-$repo/../shared}
+corpus=${CORPUS:-$repo/corpus}
+traces=()
+for f in "$shared"/traces/*.pickle* "$corpus"/*.pickle*; do
+  [ -f "$f" ] || continue
+  n=$(basename "$f")
+  n=${n%%.pickle*}
+  if [ -n "${TRACES:-}" ]; then
+    keep=0
+    for t in $TRACES; do [[ $n == *$t* ]] && keep=1; done
+    [ $keep -eq 1 ] || continue
+  fi
+  traces+=("$n")
+done
+if [ ${#traces[@]} -eq 0 ]; then
+  echo "driver-time-fresh: no traces under $shared/traces or $corpus${TRACES:+ matching $TRACES}" >&2
+  exit 2
+fi
+tmp=$(mktemp -d)
+rows=$tmp/rows.tsv
+for t in "${traces[@]}"; do
+  for ((r = 1; r <= reps; r++)); do
+    for s in "${specs[@]}"; do
+      p=${s%%:*}
+      o=${s#"$p"}
+      o=${o#:}
+      out=$tmp/$t-$r-${p}
+      if ! node "$bench" --driver "$driver" --policies "$p" ${o:+--options "$o"} --traces "$shared/traces,$corpus" --trace "/$t.pickle" --rounds 1 --out "$out" >"$out.log" 2>&1; then
+        echo "driver-time-fresh: $t $s rep $r failed: $(tail -1 "$out.log")" >&2
+        continue
+      fi
+      # | traces/NAME | policy | round | calls | driver ms | % of trace | ...
+      grep -E "^\| [^|]*/$t \| $p \| 1 \|" "$out/driver-time.md" | head -1 |
+        awk -F'|' -v t="$t" -v s="$s" '{ gsub(/ /, "", $5); gsub(/ /, "", $6); gsub(/ /, "", $7); print t "\t" s "\t" $5 "\t" $6 "\t" $7 }' >>"$rows"
+    done
+  done
+done
+mkdir -p "${OUT:-$tmp}"
+python3 - "$rows" "$reps" "$driver" <<'EOF' | tee "${OUT:-$tmp}/driver-time-fresh.md"
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for t, s, calls, ms, pct in rows:
+    by.setdefault((t, s), []).append((int(calls), float(ms), float(pct)))
+print(f"Driver time, each trace x policy in its own process ({sys.argv[2]} processes each; {sys.argv[3]} driver; teardown apart)\n")
+print("| trace | policy | processes | driver calls | driver ms, median (min..max) | % of trace, median (min..max) |")
+print("| --- | --- | ---: | ---: | ---: | ---: |")
+for (t, s), v in by.items():
+    ms = [x[1] for x in v]
+    pct = [x[2] for x in v]
+    print(f"| {t} | {s} | {len(v)} | {v[0][0]} | {statistics.median(ms):.1f} ({min(ms):.1f}..{max(ms):.1f}) | "
+          f"{statistics.median(pct):.2f} ({min(pct):.2f}..{max(pct):.2f}) |")
+EOF
+rm -rf "$tmp"
