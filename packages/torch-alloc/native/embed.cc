@@ -461,6 +461,10 @@ void KeepThreadState() {
   if (kept) return;
   kept = true;
   new Locker(g_isolate);
+  // Entered for good too (the pattern Locker, Isolate::Scope, Unlocker): a call's
+  // Isolate::Scope then only counts an entry, where entering anew looks the thread up in the
+  // isolate's table under its mutex.
+  g_isolate->Enter();
   new v8::Unlocker(g_isolate);
 }
 
