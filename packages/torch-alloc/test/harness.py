@@ -342,6 +342,7 @@ def node_flags():
             err = stress("vms", "locker")
         finally:
             sys.stdout.flush()
+            ctypes.CDLL(None).fflush(None)  # V8 prints through C's stdio, buffered when not a terminal
             os.dup2(saved, 1)
             os.close(saved)
         out.seek(0)
