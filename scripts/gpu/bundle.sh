@@ -14,7 +14,11 @@
 # the built JS of the packages the engine is made of, the vmm addon, @gmlake/torch-alloc's
 # libraries and threading bench, and libnode with the libraries Ubuntu lacks (xz -9), no
 # node binary and no traces (the live workloads make their own), so the carry stays small.
-#   usage: bash scripts/gpu/bundle.sh [--no-build] [--live]
+# --baseline REV (with --live): also the engine as it was at git revision REV, built in a
+# temporary worktree, into .gpu/baseline.tar.xz (its JS, addon and libraries; libnode is
+# the live bundle's): live-run.sh unpacks it, and the TIMING_ENVS set `baseline` runs ours
+# on it, so a change is measured against what it changes in the same call, round by round.
+#   usage: bash scripts/gpu/bundle.sh [--no-build] [--live [--baseline REV]]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out="$root/.gpu"
@@ -22,13 +26,24 @@ cd "$root"
 
 build=1
 live=0
-for a in "$@"; do
-  case "$a" in
+baseline=
+while [ $# -gt 0 ]; do
+  case "$1" in
     --no-build) build=0 ;;
     --live) live=1 ;;
-    *) echo "bundle.sh: unknown option $a (expected --no-build, --live)" >&2; exit 2 ;;
+    --baseline)
+      [ -n "${2:-}" ] || { echo "bundle.sh: --baseline takes a git revision" >&2; exit 2; }
+      baseline=$2
+      shift
+      ;;
+    *) echo "bundle.sh: unknown option $1 (expected --no-build, --live, --baseline REV)" >&2; exit 2 ;;
   esac
+  shift
 done
+if [ -n "$baseline" ]; then
+  [ "$live" = 1 ] || { echo "bundle.sh: --baseline goes with --live" >&2; exit 2; }
+  git rev-parse --verify -q "$baseline^{commit}" >/dev/null || { echo "bundle.sh: --baseline: '$baseline' is not a git revision here" >&2; exit 2; }
+fi
 if [ "$build" = 1 ]; then
   pnpm turbo run build --output-logs=errors-only >/dev/null
 fi
@@ -53,6 +68,27 @@ if [ "$live" = 1 ]; then
   tar -cf - --exclude='*.tsbuildinfo' --exclude="$nodelib/libicutest*" --exclude="$nodelib/libicutu*" \
     --exclude="$nodelib/libuv.a" "${files[@]}" | xz -T0 -9 >"$out/live.tar.xz"
   du -b "$out/live.tar.xz" | awk '{ printf "%-50s %6.1f MiB\n", $2, $1 / 1048576 }'
+  rm -f "$out/baseline.tar.xz"
+  if [ -n "$baseline" ]; then
+    # The same files at REV, built in a worktree of their own (pnpm's store: no network).
+    wt=$(mktemp -d)
+    trap 'git -C "$root" worktree remove --force "$wt/tree" >/dev/null 2>&1; rm -rf "$wt"' EXIT
+    git -C "$root" worktree add -q --detach "$wt/tree" "$baseline"
+    mkdir -p "$wt/tree/$ta/build"
+    cp -a "$ta/build/libnode" "$wt/tree/$ta/build/"  # the fetched libnode, not fetched again
+    (cd "$wt/tree" && pnpm install --frozen-lockfile --offline >/dev/null &&
+      pnpm turbo run build --filter=@gmlake/torch-alloc... --output-logs=errors-only >/dev/null) ||
+      { echo "bundle.sh: --baseline: building $baseline failed" >&2; exit 2; }
+    bfiles=()
+    for f in "${files[@]}"; do
+      case "$f" in "$nodelib"/* | "$ta/build/libnode"/*) continue ;; esac
+      [ -e "$wt/tree/$f" ] && bfiles+=("$f")
+    done
+    bfiles+=("$ta/native/boot.cjs")
+    tar -cf - -C "$wt/tree" --exclude='*.tsbuildinfo' --transform 's,^,baseline/,S' "${bfiles[@]}" | xz -T0 -9 >"$out/baseline.tar.xz"
+    echo "$(git rev-parse --short "$baseline")" >"$out/baseline.rev"
+    du -b "$out/baseline.tar.xz" | awk -v r="$baseline" '{ printf "%-50s %6.1f MiB (at %s)\n", $2, $1 / 1048576, r }'
+  fi
   total=$(du -sb "$out" | cut -f1)
   if [ "$total" -gt $((60 * 1048576)) ]; then
     echo "bundle.sh: .gpu is $((total / 1048576)) MiB with the full bundle beside live.tar.xz: remove the rest (rm .gpu/node.xz .gpu/workspace.tar.xz; rm -r .gpu/shared) before carrying it for the live run" >&2

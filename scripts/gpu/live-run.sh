@@ -43,7 +43,9 @@
 #   its alloc and free per step, ~0.04 us a call; 0 = off), TIMING_ENVS (sets of environment
 #   settings, separated by ';', each shell words VAR=value: each ours: allocator runs once per
 #   set, labelled with it, an empty set meaning none, e.g.
-#   ';GMLAKE_THREADING=thread;GMLAKE_NODE_FLAGS="--max-semi-space-size=1"'; default: one run), PROFILE_WORKLOADS (default gpt2_ft),
+#   ';GMLAKE_THREADING=thread;GMLAKE_NODE_FLAGS="--max-semi-space-size=1"'; the word baseline
+#   in a set runs ours at the revision that bundle.sh --live --baseline REV packed, e.g.
+#   TIMING_ENVS=';baseline' for this tree against REV, round by round; default: one run), PROFILE_WORKLOADS (default gpt2_ft),
 #   PROFILE_ALLOCATORS (default pytorch-expandable pytorch ours:vms ours:expandable),
 #   PROFILE_RUN_STEPS (default 10), PROFILE_STEPS (default 3,7,9), WARMUP (steps left out of step times and steady-state engine
 #   counts, default 3), TOTAL seconds for the whole call (default 560), T_<step> a step's
@@ -74,6 +76,8 @@ timing_allocators=${TIMING_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:
 timing_reps=${TIMING_REPS:-2}
 timing_steps=${TIMING_STEPS:-16}
 timing_time_calls=${TIMING_TIME_CALLS:-1}
+baseline_lib=$work/baseline/packages/torch-alloc/build/lib/libgmlake_torch_alloc.so
+baseline_rev=$(cat .gpu/baseline.rev 2>/dev/null || echo unknown)
 profile_workloads=${PROFILE_WORKLOADS:-gpt2_ft}
 profile_allocators=${PROFILE_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:expandable}
 profile_run_steps=${PROFILE_RUN_STEPS:-10}
@@ -91,7 +95,7 @@ elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'
 left() { awk -v a="$t_start" -v b="$(date +%s.%N)" -v t="$total_limit" 'BEGIN { printf "%d", t - (b - a) - 5 }'; }
 pack() {
   cp "$work/results.jsonl" "$OUT/live-results.jsonl" 2>/dev/null
-  tar -czf "$OUT/results.tar.gz.tmp" -C "$(dirname "$work")" "$(basename "$work")" && mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"
+  tar -czf "$OUT/results.tar.gz.tmp" -C "$(dirname "$work")" --exclude="$(basename "$work")/baseline" "$(basename "$work")" && mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"
 }
 want() { [[ ",$steps," == *",$1,"* ]]; }
 for s in ${steps//,/ }; do
@@ -100,6 +104,10 @@ for s in ${steps//,/ }; do
     *) echo "live-run: unknown step '$s' in STEPS (setup, checks, micro, threading, workloads, timing, profile, layout, memcheck)" >&2; exit 2 ;;
   esac
 done
+if want timing && [[ " ${TIMING_ENVS:-} " =~ [^A-Za-z0-9_]baseline[^A-Za-z0-9_=] ]] && ! { want setup && [ -f .gpu/baseline.tar.xz ]; }; then
+  echo "live-run: TIMING_ENVS names baseline: it needs the setup step and .gpu/baseline.tar.xz (bash scripts/gpu/bundle.sh --live --baseline REV)" >&2
+  exit 2
+fi
 # ALLOCATORS_<workload> when set (even empty), else ALLOCATORS
 allocators_of() { local v="ALLOCATORS_$1"; if [ -n "${!v+x}" ]; then echo "${!v}"; else echo "$allocators"; fi; }
 # A run's rough cost in seconds on the H200 (run 6: ~18 s of process start, model build and
@@ -163,6 +171,11 @@ step_setup() {
   fi
   t0=$(date +%s.%N)
   tar -xJf .gpu/live.tar.xz -C "$root" || { echo "live-run: unpacking .gpu/live.tar.xz failed" >&2; exit 2; }
+  if [ -f .gpu/baseline.tar.xz ]; then
+    # the engine at another revision beside this one (bundle.sh --baseline), on this libnode
+    tar -xJf .gpu/baseline.tar.xz -C "$work" || { echo "live-run: unpacking .gpu/baseline.tar.xz failed" >&2; exit 2; }
+    ln -sfn "$root/packages/torch-alloc/build/libnode" "$work/baseline/packages/torch-alloc/build/libnode"
+  fi
   echo "== unpacked in $(elapsed "$t0") s"
   gcc -O2 -shared -fPIC -o "$work/memsampler.so" scripts/gpu/memsampler.c -ldl -lpthread || echo "memsampler build failed"
   run oom-shim "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-oom-shim
@@ -268,10 +281,20 @@ step_timing() {
         if [[ $a == ours:* && -n "${TIMING_ENVS:-}" ]]; then IFS=';' read -ra sets <<<"$TIMING_ENVS"; fi
         for e in "${sets[@]}"; do
           e=$(echo "$e" | sed 's/^ *//; s/ *$//')
-          local -a assign=()
-          eval "assign=($e)" || { echo "live-run: TIMING_ENVS: cannot read the set '$e'" >&2; exit 2; }
+          local -a assign=() words=()
+          local label=$e x
+          eval "words=($e)" || { echo "live-run: TIMING_ENVS: cannot read the set '$e'" >&2; exit 2; }
+          for x in "${words[@]}"; do
+            if [ "$x" = baseline ]; then  # the engine at the bundle's baseline revision (bundle.sh --baseline)
+              [ -f "$baseline_lib" ] || { echo "live-run: TIMING_ENVS names baseline, but .gpu has no baseline.tar.xz (bundle.sh --live --baseline REV)" >&2; exit 2; }
+              assign+=("GMLAKE_TORCH_ALLOC_LIB=$baseline_lib")
+              label=${label/baseline/baseline@$baseline_rev}
+            else
+              assign+=("$x")
+            fi
+          done
           run "timing-$w-${a//[:,=]/_}$([ $k -gt 0 ] && echo "-e$k")-r$rep" "${T_timing:-${limit[timing]}}" env GMLAKE_TIME_CALLS="$timing_time_calls" \
-            GMLAKE_RUN_LABEL="$e" "${assign[@]}" "$python" scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$timing_steps" --rep "$rep"
+            GMLAKE_RUN_LABEL="$label" "${assign[@]}" "$python" scripts/gpu/live_workloads.py "$w" --allocator "$a" --steps "$timing_steps" --rep "$rep"
           k=$((k + 1))
         done
       done

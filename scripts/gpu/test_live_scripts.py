@@ -337,6 +337,17 @@ class LiveRun(unittest.TestCase):
                                ("timing-gpt2_ft-ours_vms-e1-r1", "--max-semi-space-size=1 --x", None, 'GMLAKE_NODE_FLAGS="--max-semi-space-size=1 --x"'),
                                ("timing-gpt2_ft-ours_vms-e2-r1", None, "thread", "GMLAKE_THREADING=thread")])
 
+    def test_baseline_needs_its_bundle(self):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, OUT=os.path.join(d, "out"), GMLAKE_RUN_DIR=os.path.join(d, "work"), STEPS="timing",
+                       TIMING_ENVS=";baseline GMLAKE_THREADING=thread")
+            p = subprocess.run(["bash", os.path.join(HERE, "live-run.sh")], capture_output=True, text=True, env=env,
+                               cwd=ROOT, timeout=60)
+        self.assertEqual(p.returncode, 2)
+        said = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("live-run:")]
+        self.assertEqual(len(said), 1, p.stdout + p.stderr)
+        self.assertIn("TIMING_ENVS names baseline", said[0])
+
     def test_loops_tags_and_summary(self):
         p, rows, summary = self.live_run(
             STEPS="timing,workloads,profile", PROFILE_ALLOCATORS="pytorch-expandable ours:vms", PROFILE_RUN_STEPS="5",
