@@ -9,7 +9,9 @@
 # TRACES: substrings picking traces (default: every trace of the shared traces and of
 # CORPUS, default corpus/ beside this script's workspace).
 # Prints one markdown table (median and range over the processes of "% of trace" and
-# driver ms, teardown apart) and writes it to $OUT/driver-time-fresh.md.
+# driver ms, teardown apart) and writes it to $OUT/driver-time-fresh.md; every process's own
+# tables (per call kind, handle size, first touch, phase) go to $OUT/driver-time-fresh-runs.md
+# (what refits the sim's first-touch costs).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -54,6 +56,7 @@ for t in "${traces[@]}"; do
         echo "driver-time-fresh: $t $s rep $r failed: $(tail -1 "$out.log")" >&2
         continue
       fi
+      { echo; echo "## $t, $s, process $r"; echo; sed -n '/^### /,$p' "$out/driver-time.md"; } >>"$tmp/runs.md"
       # | traces/NAME | policy | round | calls | driver ms | % of trace | ...
       grep -E "^\| [^|]*/$t \| $p \| 1 \|" "$out/driver-time.md" | head -1 |
         awk -F'|' -v t="$t" -v s="$s" '{ gsub(/ /, "", $5); gsub(/ /, "", $6); gsub(/ /, "", $7); print t "\t" s "\t" $5 "\t" $6 "\t" $7 }' >>"$rows"
@@ -76,4 +79,6 @@ for (t, s), v in by.items():
     print(f"| {t} | {s} | {len(v)} | {v[0][0]} | {statistics.median(ms):.1f} ({min(ms):.1f}..{max(ms):.1f}) | "
           f"{statistics.median(pct):.2f} ({min(pct):.2f}..{max(pct):.2f}) |")
 EOF
+cp "$tmp/runs.md" "${OUT:-$tmp}/driver-time-fresh-runs.md" 2>/dev/null
+[ -n "${OUT:-}" ] && echo "(each process's tables: $OUT/driver-time-fresh-runs.md)"
 rm -rf "$tmp"
