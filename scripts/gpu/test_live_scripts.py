@@ -1,7 +1,8 @@
 """Tests of the live run's scripts that need no GPU and no torch: live_summary.py's logic (on
 run 6's real results and on made-up ones), live_checks.py integrity over a fake torch (the
 pass, a corrupted fill caught, knobs reaching ours), and live-run.sh's loops with a fake
-python (tags, rounds, per-workload allocator lists, the summary's timing table).
+python (tags, rounds, per-workload allocator lists, the summary's timing table), and
+driver-time-fresh.sh on the sim driver (needs the packages built).
 
 usage: python3 scripts/gpu/test_live_scripts.py   (from the repository root or anywhere)
 """
@@ -371,6 +372,33 @@ class LiveRun(unittest.TestCase):
         self.assertIn("| gpt2_ft | 3 | ours:vms | 330.0 | 10 | 400.00 | 0.00 | 400.00 | 90.00 | 1.50 |", summary)
         self.assertIn("| gpt2_ft | 1 | pytorch-expandable | 300.0 | 10 | 200.00 | 0.00 | 200.00 | 90.00 | - |", summary)
         self.assertIn("| gpt2_ft | 1 | ours:vms vs pytorch-expandable | gemm | 150.00 | 300.00 | +150.00 |", summary)
+
+
+class DriverTimeFresh(unittest.TestCase):
+    """driver-time-fresh.sh on the sim driver (one small corpus trace, one process each)."""
+
+    @unittest.skipUnless(os.path.exists(os.path.join(ROOT, "packages", "stitch", "dist", "index.js")), "build first")
+    def test_a_table_row_per_trace_and_spec_and_each_process_kept(self):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, DRIVER="sim", TRACES="moe_ft_expandable", CORPUS=os.path.join(ROOT, "corpus"), OUT=d)
+            p = subprocess.run(["bash", os.path.join(HERE, "driver-time-fresh.sh"), "1", "vms", 'vms:{"minTailHandleBytes":134217728}'],
+                               capture_output=True, text=True, env=env, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(os.path.join(d, "driver-time-fresh.md")) as f:
+                table = f.read()
+            with open(os.path.join(d, "driver-time-fresh-runs.md")) as f:
+                runs = f.read()
+        rows = [l for l in table.splitlines() if l.startswith("| moe_ft_expandable |")]
+        self.assertEqual([r.split(" | ")[1] for r in rows], ["vms", 'vms:{"minTailHandleBytes":134217728}'])
+        self.assertEqual(runs.count("### First touch"), 2)
+        # the 128 MiB tail makes fewer calls than the default (the knob reached the replay)
+        calls = [int(r.split(" | ")[3]) for r in rows]
+        self.assertLess(calls[1], calls[0])
+
+    def test_bad_reps_one_line_exit_2(self):
+        p = subprocess.run(["bash", os.path.join(HERE, "driver-time-fresh.sh"), "0"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
 
 
 if __name__ == "__main__":
