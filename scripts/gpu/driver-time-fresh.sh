@@ -44,32 +44,34 @@ if [ ${#traces[@]} -eq 0 ]; then
   exit 2
 fi
 tmp=$(mktemp -d)
-rows=$tmp/rows.tsv
+: >"$tmp/runs.md"
 for t in "${traces[@]}"; do
   for ((r = 1; r <= reps; r++)); do
-    for s in "${specs[@]}"; do
+    for i in "${!specs[@]}"; do
+      s=${specs[$i]}
       p=${s%%:*}
       o=${s#"$p"}
       o=${o#:}
-      out=$tmp/$t-$r-${p}
+      out=$tmp/$t-$r-$i
       if ! node "$bench" --driver "$driver" --policies "$p" ${o:+--options "$o"} --traces "$shared/traces,$corpus" --trace "/$t.pickle" --rounds 1 --out "$out" >"$out.log" 2>&1; then
         echo "driver-time-fresh: $t $s rep $r failed: $(tail -1 "$out.log")" >&2
         continue
       fi
+      echo "$s" >"$out/spec"
       { echo; echo "## $t, $s, process $r"; echo; sed -n '/^### /,$p' "$out/driver-time.md"; } >>"$tmp/runs.md"
-      # | traces/NAME | policy | round | calls | driver ms | % of trace | ...
-      grep -E "^\| [^|]*/$t \| $p \| 1 \|" "$out/driver-time.md" | head -1 |
-        awk -F'|' -v t="$t" -v s="$s" '{ gsub(/ /, "", $5); gsub(/ /, "", $6); gsub(/ /, "", $7); print t "\t" s "\t" $5 "\t" $6 "\t" $7 }' >>"$rows"
     done
   done
 done
 mkdir -p "${OUT:-$tmp}"
-python3 - "$rows" "$reps" "$driver" <<'EOF' | tee "${OUT:-$tmp}/driver-time-fresh.md"
-import statistics, sys
-rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+# the summary from each process's driver-time.json (one run each: this trace, this spec)
+python3 - "$tmp" "$reps" "$driver" <<'EOF' | tee "${OUT:-$tmp}/driver-time-fresh.md"
+import glob, json, os, statistics, sys
 by = {}
-for t, s, calls, ms, pct in rows:
-    by.setdefault((t, s), []).append((int(calls), float(ms), float(pct)))
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "*", "driver-time.json"))):
+    spec = open(os.path.join(os.path.dirname(f), "spec")).read().strip()
+    for run in json.load(open(f))["runs"]:
+        name = os.path.basename(run["trace"])
+        by.setdefault((name, spec), []).append((sum(run["perKindCalls"].values()), run["driverMsWorkload"], run["pctOfTrace"]))
 print(f"Driver time, each trace x policy in its own process ({sys.argv[2]} processes each; {sys.argv[3]} driver; teardown apart)\n")
 print("| trace | policy | processes | driver calls | driver ms, median (min..max) | % of trace, median (min..max) |")
 print("| --- | --- | ---: | ---: | ---: | ---: |")
@@ -79,6 +81,6 @@ for (t, s), v in by.items():
     print(f"| {t} | {s} | {len(v)} | {v[0][0]} | {statistics.median(ms):.1f} ({min(ms):.1f}..{max(ms):.1f}) | "
           f"{statistics.median(pct):.2f} ({min(pct):.2f}..{max(pct):.2f}) |")
 EOF
-cp "$tmp/runs.md" "${OUT:-$tmp}/driver-time-fresh-runs.md" 2>/dev/null
+cp "$tmp/runs.md" "${OUT:-$tmp}/driver-time-fresh-runs.md"
 [ -n "${OUT:-}" ] && echo "(each process's tables: $OUT/driver-time-fresh-runs.md)"
 rm -rf "$tmp"
