@@ -8,13 +8,16 @@
 // the first step of its own process (every growth is first touch). Run after `pnpm build`:
 //   node bench/driver-predict.mjs [--measured FILE] [--costs replay|micro] [--rounds N]
 //       [--policies vms,caching,gmlake,expandable] [--trace SUBSTRING] [--traces DIR[,DIR...]]
-//       [--options JSON] [--by-call]
+//       [--options JSON] [--by-call] [--fresh FILE[,FILE...]]
 // --measured (default: benchmarks/h200-2026-12-01/driver-time.md): driver-time.mjs's output.
 // --costs (default replay): H200_REPLAY_COSTS (per-call figures measured inside replays) or
 //   micro (H200_COSTS, the one-call-at-a-time microbenchmark).
 // --rounds (default 2, as the measured run): predicted ms is the mean over rounds.
 // --options: vms knobs (JSON) for the vms rows, to try a decision before changing it.
 // --by-call: also a line per call kind (predicted vs measured ms) for each row.
+// --fresh: also the fresh-driver prediction against scripts/gpu/driver-time-fresh.sh's
+//   tables (each trace x policy in its own process; the mean of the files' medians): what
+//   `replay` and `compare` predict, since they replay on a fresh driver.
 // Prints a markdown table (trace, policy, workload calls and second-half memory calls, peak
 // reserved, measured ms and % of the trace, predicted ms and %, error %, fresh-process ms
 // and %) and, per policy, the mean absolute error and the error of the summed time.
@@ -40,6 +43,7 @@ const rounds = Number(opt("--rounds", "2"));
 const dirs = opt("--traces", `${join(shared, "traces")},${join(repo, "corpus")}`).split(",");
 const only = opt("--trace", null);
 const byCall = args.includes("--by-call");
+const freshFiles = opt("--fresh", null)?.split(",") ?? [];
 let vmsOptions;
 try {
   vmsOptions = JSON.parse(opt("--options", "{}"));
@@ -47,20 +51,24 @@ try {
   vmsOptions = null;
 }
 if (!["replay", "micro"].includes(costsName) || vmsOptions === null || typeof vmsOptions !== "object" || !(Number.isInteger(rounds) && rounds > 0)) {
-  console.error("usage: node bench/driver-predict.mjs [--measured FILE] [--costs replay|micro] [--rounds N] [--policies a,b] [--trace S] [--traces DIR,..] [--options JSON] [--by-call]");
+  console.error("usage: node bench/driver-predict.mjs [--measured FILE] [--costs replay|micro] [--rounds N] [--policies a,b] [--trace S] [--traces DIR,..] [--options JSON] [--by-call] [--fresh FILE,..]");
   process.exit(2);
 }
 const costs = costsName === "replay" ? H200_REPLAY_COSTS : H200_COSTS;
 
-/** driver-time.mjs's per-trace rows: trace|policy -> { ms, pct, byCall } averaged over rounds. */
-function readMeasured(file) {
-  let text;
+/** A measurement file's text, or a one-line error and exit 2. */
+function readText(file) {
   try {
-    text = readFileSync(file, "utf8");
+    return readFileSync(file, "utf8");
   } catch (e) {
     console.error(`driver-predict: cannot read ${file}: ${e.code ?? e.message}`);
     process.exit(2);
   }
+}
+
+/** driver-time.mjs's per-trace rows: trace|policy -> { ms, pct, byCall } averaged over rounds. */
+function readMeasured(file) {
+  const text = readText(file);
   const acc = new Map();
   for (const line of text.split("\n")) {
     const c = line.split("|").map((s) => s.trim());
@@ -107,7 +115,31 @@ class AtEnd extends DriverAdaptor {
   }
 }
 
+/** driver-time-fresh.sh's rows: trace basename|policy -> { ms, pct } (mean over files of the median over processes). */
+function readFresh(files) {
+  const acc = new Map();
+  for (const file of files) {
+    for (const line of readText(file).split("\n")) {
+      const c = line.split("|").map((s) => s.trim());
+      // | trace | policy | processes | calls | ms median (min..max) | % median (min..max) |
+      if (c.length !== 8 || !/^\d+$/.test(c[3]) || !/^\d+$/.test(c[4])) continue;
+      const key = `${c[1]}|${c[2]}`;
+      let a = acc.get(key);
+      if (!a) acc.set(key, (a = { n: 0, ms: 0, pct: 0 }));
+      a.n++;
+      a.ms += Number.parseFloat(c[5]);
+      a.pct += Number.parseFloat(c[6]);
+    }
+  }
+  for (const a of acc.values()) {
+    a.ms /= a.n;
+    a.pct /= a.n;
+  }
+  return acc;
+}
+
 const measured = readMeasured(measuredFile);
+const freshMeasured = readFresh(freshFiles);
 const traces = dirs.flatMap(traceFiles).filter((f) => !only || f.includes(only));
 const snaps = [];
 for (const path of traces) snaps.push({ name: relative(dirname(dirname(path)), path).replace(/\.pickle(\.gz)?$/, ""), snap: await readSnapshot(path) });
@@ -161,14 +193,35 @@ for (const r of rows.values()) {
     out.push(`|  | (predicted/measured ms; measured includes teardown) ${parts.join(", ")} | | | | | | | | | | |`);
   }
 }
-out.push("", "| policy | rows | mean abs error % | median abs error % | worst | summed predicted / measured ms |", "| --- | ---: | ---: | ---: | --- | ---: |");
-for (const p of policies) {
-  const rs = [...rows.values()].filter((r) => r.policy === p && r.m && r.m.ms > 0);
-  if (rs.length === 0) continue;
-  const e = rs.map((r) => Math.abs(errPct(r.ms, r.m.ms))).sort((a, b) => a - b);
-  const worst = rs.reduce((w, r) => (Math.abs(errPct(r.ms, r.m.ms)) > Math.abs(errPct(w.ms, w.m.ms)) ? r : w));
-  const sp = rs.reduce((a, r) => a + r.ms, 0);
-  const sm = rs.reduce((a, r) => a + r.m.ms, 0);
-  out.push(`| ${p} | ${rs.length} | ${f(e.reduce((a, b) => a + b, 0) / e.length, 0)} | ${f(e[Math.floor(e.length / 2)], 0)} | ${worst.name} ${f(errPct(worst.ms, worst.m.ms), 0)}% | ${f(sp)} / ${f(sm)} (${f(errPct(sp, sm), 0)}%) |`);
+/** Per policy: the error of `pred(r)` against `meas(r)` (ms) over the rows that have a measurement. */
+function errorSummary(pred, meas) {
+  out.push("", "| policy | rows | mean abs error % | median abs error % | worst | summed predicted / measured ms |", "| --- | ---: | ---: | ---: | --- | ---: |");
+  for (const p of policies) {
+    const rs = [...rows.values()].filter((r) => r.policy === p && meas(r) > 0);
+    if (rs.length === 0) continue;
+    const err = (r) => errPct(pred(r), meas(r));
+    const e = rs.map((r) => Math.abs(err(r))).sort((a, b) => a - b);
+    const worst = rs.reduce((w, r) => (Math.abs(err(r)) > Math.abs(err(w)) ? r : w));
+    const sp = rs.reduce((a, r) => a + pred(r), 0);
+    const sm = rs.reduce((a, r) => a + meas(r), 0);
+    out.push(`| ${p} | ${rs.length} | ${f(e.reduce((a, b) => a + b, 0) / e.length, 0)} | ${f(e[Math.floor(e.length / 2)], 0)} | ${worst.name} ${f(err(worst), 0)}% | ${f(sp)} / ${f(sm)} (${f(errPct(sp, sm), 0)}%) |`);
+  }
+}
+errorSummary((r) => r.ms, (r) => r.m?.ms ?? 0);
+if (freshFiles.length > 0) {
+  const fm = (r) => freshMeasured.get(`${r.name.split("/").pop()}|${r.policy}`) ?? null;
+  out.push(
+    "",
+    `## Fresh driver (sim) vs each trace in its own process (cuda, ${freshFiles.map((x) => relative(repo, x)).join(", ")}), workload`,
+    "",
+    "| trace | policy | measured ms | measured % | predicted ms | predicted % | error % |",
+    "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+  );
+  for (const r of rows.values()) {
+    const m = fm(r);
+    if (m === null) continue;
+    out.push(`| ${r.name} | ${r.policy} | ${f(m.ms)} | ${f(m.pct, 2)} | ${f(r.freshMs)} | ${f(pctOf(r, r.freshMs), 2)} | ${f(errPct(r.freshMs, m.ms), 0)} |`);
+  }
+  errorSummary((r) => r.freshMs, (r) => fm(r)?.ms ?? 0);
 }
 console.log(out.join("\n"));
