@@ -94,12 +94,19 @@ export const H200_COSTS: CostTable = Object.freeze({
  * benchmarks/h200-2026-12-01/driver-time.md). Where the policies' means differ, vms's own
  * (the policy whose decisions this model steers) within the range of the others:
  * - memCreate: flat in size, 22 us (vms 21-23 at every size, first half; expandable 18-27,
- *   gmlake's 2 MiB handles 17). A create that takes the process to memory it never held
- *   costs 8.8 us more (first touch: vms's 702 such creates 30.5 us, the others 21.7); the sim
- *   charges it when a create takes the driver past the most it has held, so a replay on a
- *   fresh driver pays it for all its growth, as a training process's first step does.
- * - memAlloc first touch: +54.5 us (caching's medians, 120.8 new to the process vs 66.3; the
- *   mean, 1,020 us, is one 57 ms call and a few of 2-17 ms, not modelled).
+ *   gmlake's 2 MiB handles 17).
+ * - First touch (a create / alloc that takes the driver past the most physical memory it
+ *   has held, so a replay on a fresh driver pays it for all its growth, as a training
+ *   process's first step does, and as `replay` and `compare` replay): fitted to every trace
+ *   replayed in its own process (scripts/gpu/driver-time-fresh.sh, two runs on two days'
+ *   hosts: benchmarks/h200-2026-12-01/driver-time-fresh-run1.md, -run2.md and -runs-run2.md).
+ *   cudaMalloc +9.8 us: caching's fresh allocs took 80.0 us on the mean of the two runs
+ *   (86.8 and 73.1) where this table's curve gives 70.2 for the same allocs; the 54.5 fitted
+ *   before, from one process replaying every trace (120.8 vs 66.3 us medians there), charged
+ *   caching +56% in fresh processes. cuMemCreate +2.7 us: vms's fresh creates 24.7 us
+ *   (expandable's 19.6); the 8.8 of that one-process run (vms's 702 such creates 30.5 us)
+ *   did not recur. That run's first-touch cudaMallocs also held one of 57 ms and a few of
+ *   2-17 ms (not modelled; the fresh runs' largest took 3.1 ms).
  * - memSetAccess: 39 us per mapping in the range whatever its size (vms 37-41 per mapping
  *   for 1 to > 64 mappings; expandable 33, gmlake 34).
  * - memUnmap: per mapping, 36 us during the workload (vms's moves of free handles: 36.7;
@@ -121,8 +128,8 @@ export const H200_REPLAY_COSTS: CostTable = Object.freeze({
   memSetAccess: at(39, 39, 39, 39),
   memAlloc: at(71.8, 61.5, 74.8, 84.6),
   memFree: at(66.7, 68.7, 86.7, 132.2),
-  memCreateFirstTouch: 8.8,
-  memAllocFirstTouch: 54.5,
+  memCreateFirstTouch: 2.7,
+  memAllocFirstTouch: 9.8,
   memAddressReserve: 45,
 });
 
