@@ -204,6 +204,22 @@ class Summary(unittest.TestCase):
         self.assertEqual(bad.returncode, 2)
         self.assertEqual(len(bad.stderr.strip().splitlines()), 1)
 
+    def test_micro_rows_name_their_variant(self):
+        def row(policy, tag, med):
+            return {"check": "micro", "policy": policy, "tag": tag, "ok": True, "rc": 0, "median_us": med, "p99_us": 9,
+                    "mean_us": 5, "timer_median_us": 0.08, "native": {"median_us": med / 4, "p99_us": 3, "mean_us": 1.4}}
+        with tempfile.TemporaryDirectory() as d:
+            f = os.path.join(d, "r.jsonl")
+            with open(f, "w") as fh:
+                for r in (row("vms", "micro-vms", 5.7), row("vms", "micro-vms-capture-always", 9.7),
+                          row("plug:pytorch-expandable", "micro-plug_pytorch-expandable", 5.2)):
+                    fh.write(json.dumps(r) + "\n")
+            out = subprocess.run([sys.executable, os.path.join(HERE, "live_summary.py"), f], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("| vms | 5.7 |", out.stdout)
+        self.assertIn("| vms (capture-always) | 9.7 |", out.stdout)
+        self.assertIn("| plug:pytorch-expandable | 5.2 |", out.stdout)
+
 
 class KernelProfile(unittest.TestCase):
     def test_busy_is_the_union_and_idle_the_rest(self):
