@@ -14,6 +14,7 @@
 #              torch.cuda.caching_allocator_alloc/delete, PyTorch default and expandable
 #              beside ours:caching and ours:vms (median, p99), from Python and from C++
 #   threading  threading_bench (CPU): a Locker per call vs one JS thread, on this host
+#              (THREADING_REPS rounds, default 1; the bundled baseline's library too)
 #   workloads  live_workloads.py: each of WORKLOADS under each of ALLOCATORS, LIVE_STEPS steps,
 #              device memory sampled every 100 us inside the steps (memsampler.so)
 #   timing     step times without the sampler: for each of TIMING_WORKLOADS, TIMING_REPS rounds,
@@ -230,8 +231,16 @@ step_micro() {
 step_threading() {
   b=packages/torch-alloc/build/bin/threading_bench
   lib=packages/torch-alloc/build/lib/libgmlake_torch_alloc.so
-  for d in locker thread; do
-    run "threading-$d" 30 bash -c "$b $lib $d --threads 2 --calls 50000 --policy vms --driver sim | sed 's/^/RESULT /'"
+  local r d
+  # THREADING_REPS rounds; with a bundled baseline each round also runs the library at its
+  # revision, right after this tree's (rows tagged lib: baseline@REV)
+  for ((r = 1; r <= ${THREADING_REPS:-1}; r++)); do
+    for d in locker thread; do
+      run "threading-$d-r$r" 30 bash -c "$b $lib $d --threads 2 --calls 50000 --policy vms --driver sim | sed 's/^/RESULT /'"
+      if [ -f "$baseline_lib" ]; then
+        run "threading-$d-baseline-r$r" 30 bash -c "$b $baseline_lib $d --threads 2 --calls 50000 --policy vms --driver sim | sed 's/^{/{\"lib\": \"baseline@$baseline_rev\", /; s/^/RESULT /'"
+      fi
+    done
   done
   # the per-call parts (round trip, pair and its halves, JS alone, one cuStreamIsCapturing) on
   # the cuda driver, with the capture check on every call (always) and only in PyTorch's pool

@@ -10,9 +10,10 @@ keys = [("ping_1", "ping, 1 thread"), ("ping_n", "ping, 2 threads"), ("pair_1", 
         ("pair_n", "alloc+free, 2 threads")]
 print("| policy | design | " + " | ".join(f"{label} median / p99 us" for _, label in keys) + " |")
 print("| --- | --- |" + " ---: |" * len(keys))
-for pol in dict.fromkeys(r["policy"] for r in rows):
+# rows of another library (live-run.sh's baseline: "lib": "baseline@REV") apart from this tree's
+for pol, lib in dict.fromkeys((r["policy"], r.get("lib")) for r in rows):
     for d in ("locker", "thread"):
-        rs = [r for r in rows if r["policy"] == pol and r["threading"] == d]
+        rs = [r for r in rows if r["policy"] == pol and r.get("lib") == lib and r["threading"] == d]
         if not rs:
             continue
         cells = []
@@ -20,7 +21,7 @@ for pol in dict.fromkeys(r["policy"] for r in rows):
             med = st.median(r[k]["median_us"] for r in rs)
             p99 = st.median(r[k]["p99_us"] for r in rs)
             cells.append(f"{med:.2f} / {p99:.2f}")
-        print(f"| {pol} | {d} | " + " | ".join(cells) + " |")
+        print(f"| {pol} | {d}{f' ({lib})' if lib else ''} | " + " | ".join(cells) + " |")
 starts = [r["start_ms"] for r in rows]
 print(f"({len(rows)} runs; medians over the runs of each row; Node start + module load {min(starts):.0f}-{max(starts):.0f} ms)")
 
@@ -28,9 +29,12 @@ parts = [r for r in rows if "pb_pair" in r]
 if parts:
     print("\n| policy | driver | capture check | design | round trip | pair (pair_bench pattern) | its alloc | its free | JS alone (mean) | one cuStreamIsCapturing |")
     print("| --- | --- | --- | --- |" + " ---: |" * 6)
-    groups = dict.fromkeys((r["policy"], r["driver"], r.get("capture_check_mode", "always"), r["threading"]) for r in parts)
+    def group(r):
+        return (r["policy"], r["driver"], r.get("capture_check_mode", "always"), r["threading"] + (f" ({r['lib']})" if r.get("lib") else ""))
+
+    groups = dict.fromkeys(group(r) for r in parts)
     for g in groups:
-        rs = [r for r in parts if (r["policy"], r["driver"], r.get("capture_check_mode", "always"), r["threading"]) == g]
+        rs = [r for r in parts if group(r) == g]
 
         def cell(k, p99=True):
             med = st.median(r[k]["median_us"] for r in rs)
