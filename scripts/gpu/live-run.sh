@@ -105,6 +105,17 @@ for s in ${steps//,/ }; do
     *) echo "live-run: unknown step '$s' in STEPS (setup, checks, micro, threading, workloads, timing, profile, layout, memcheck)" >&2; exit 2 ;;
   esac
 done
+# counts and limits: positive whole numbers, or a one-line error before anything runs
+for v in LIVE_STEPS TIMING_REPS TIMING_STEPS THREADING_REPS PROFILE_RUN_STEPS INTEGRITY_SECONDS TOTAL; do
+  if [ -n "${!v+x}" ] && ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
+    echo "live-run: $v must be a positive whole number, not '${!v}'" >&2
+    exit 2
+  fi
+done
+if [ -n "${WARMUP+x}" ] && ! [[ $WARMUP =~ ^[0-9]+$ ]]; then
+  echo "live-run: WARMUP must be a whole number of steps, not '$WARMUP'" >&2
+  exit 2
+fi
 if want timing && [[ " ${TIMING_ENVS:-} " =~ [^A-Za-z0-9_]baseline[^A-Za-z0-9_=] ]] && ! { want setup && [ -f .gpu/baseline.tar.xz ]; }; then
   echo "live-run: TIMING_ENVS names baseline: it needs the setup step and .gpu/baseline.tar.xz (bash scripts/gpu/bundle.sh --live --baseline REV)" >&2
   exit 2
