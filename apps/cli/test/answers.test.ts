@@ -39,6 +39,9 @@ describe("compare: will it fit", () => {
     const v = cli(["compare", "--verbose"]);
     expect(v.stdout).toMatch(/driver calls/);
     expect(v.stdout).toMatch(/M events\/s/);
+    // the modelled driver time says what it predicts, with --verbose (its column) only
+    expect(v.stdout).toMatch(/^driver ms on sim: modelled with the H200's per-call costs/m);
+    expect(cli(["compare"]).stdout).not.toMatch(/driver ms on sim/);
   });
 
   it("the smallest GPU of each policy runs the trace, 2 MiB less does not (replay --capacity, --reserve)", () => {

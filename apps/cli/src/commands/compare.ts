@@ -239,7 +239,7 @@ Examples:
       printText(markdownTable(lines, columns));
       return;
     }
-    printText(textTable(lines, columns) + "\n\n" + notes(out, budget, driver, search).join("\n"));
+    printText(textTable(lines, columns) + "\n\n" + notes(out, budget, driver, search, values.verbose === true).join("\n"));
   },
 };
 
@@ -256,9 +256,13 @@ function recordedRow(name: string, s: Awaited<ReturnType<typeof loadTrace>>["sna
 }
 
 /** What the table means, the sizes as read, and the advice: wrapped at 100 columns. */
-function notes(out: CompareJson, budget: DeviceBudget, driver: string, search: boolean): string[] {
+function notes(out: CompareJson, budget: DeviceBudget, driver: string, search: boolean, verbose: boolean): string[] {
   const n: string[] = [];
   n.push(wrap(`${out.rows.length} replays on the ${driver} driver; ${budget.echo}. waste = peak reserved - peak requested (the same for every allocator).`));
+  if (verbose && driver === "sim") {
+    // what the modelled column predicts, and how well (BENCHMARKS.md, the fifth driver-time run)
+    n.push(wrap("driver ms on sim: modelled with the H200's per-call costs, as if the trace were the first steps of its own process; against such runs on an H200 the model is off by 7% per trace on the mean for vms, 12% for caching and 20% for expandable."));
+  }
   if (search) {
     n.push(wrap(`smallest GPU = the smallest capacity on which the whole trace runs (bisection over sim replays, exact to 2 MiB) + reserve ${formatBytes(budget.reserveBytes)}.`));
   }
