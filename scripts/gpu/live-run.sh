@@ -41,7 +41,8 @@
 #   20), TIMING_WORKLOADS (default llama1b_fsdp gpt2_ft llama1b_lora), TIMING_ALLOCATORS
 #   (default pytorch-expandable pytorch ours:vms ours:caching), TIMING_REPS (default 2),
 #   TIMING_STEPS (default 16), TIMING_TIME_CALLS (default 1: ours sums the host time inside
-#   its alloc and free per step, ~0.04 us a call; 0 = off), TIMING_ENVS (sets of environment
+#   its alloc and free per step, and its parts; total: the whole calls only, two clock reads
+#   a call as the plug's; 0 = off), TIMING_ENVS (sets of environment
 #   settings, separated by ';', each shell words VAR=value: each ours: allocator runs once per
 #   set, labelled with it, an empty set meaning none, e.g.
 #   ';GMLAKE_THREADING=thread;GMLAKE_NODE_FLAGS="--max-semi-space-size=1"'; the word baseline
@@ -112,6 +113,10 @@ for v in LIVE_STEPS TIMING_REPS TIMING_STEPS THREADING_REPS PROFILE_RUN_STEPS IN
     exit 2
   fi
 done
+case ${TIMING_TIME_CALLS:-1} in
+  0 | 1 | total) ;;
+  *) echo "live-run: TIMING_TIME_CALLS is 0, 1 or total, not '$TIMING_TIME_CALLS'" >&2; exit 2 ;;
+esac
 if [ -n "${WARMUP+x}" ] && ! [[ $WARMUP =~ ^[0-9]+$ ]]; then
   echo "live-run: WARMUP must be a whole number of steps, not '$WARMUP'" >&2
   exit 2

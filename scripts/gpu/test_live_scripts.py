@@ -331,13 +331,15 @@ class LiveRun(unittest.TestCase):
         self.assertIn("unknown step 'bogus'", p.stdout + p.stderr)
 
     def test_bad_count_one_line_exit_2(self):
-        for k, v in (("THREADING_REPS", "x"), ("TIMING_REPS", "0"), ("TOTAL", "-5")):
+        for k, v in (("THREADING_REPS", "x"), ("TIMING_REPS", "0"), ("TOTAL", "-5"), ("TIMING_TIME_CALLS", "yes")):
             with tempfile.TemporaryDirectory() as d:
                 env = dict(os.environ, OUT=os.path.join(d, "out"), GMLAKE_RUN_DIR=os.path.join(d, "work"), STEPS="timing", **{k: v})
                 p = subprocess.run(["bash", os.path.join(HERE, "live-run.sh")], capture_output=True, text=True, env=env,
                                    cwd=ROOT, timeout=60)
             self.assertEqual(p.returncode, 2, k)
-            self.assertIn(f"live-run: {k} must be a positive whole number, not '{v}'", p.stdout + p.stderr)
+            self.assertIn(f"live-run: {k} ", p.stdout + p.stderr)
+            self.assertIn(f"not '{v}'", p.stdout + p.stderr)
+            self.assertEqual(len((p.stdout + p.stderr).strip().splitlines()), 1, p.stdout + p.stderr)
 
     def live_run(self, **knobs):
         """live-run.sh with the fake python: (its output, the result rows, the summary)."""

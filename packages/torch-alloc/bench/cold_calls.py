@@ -7,8 +7,10 @@ of live-pair.mjs (a window of 64 live blocks, 512 B to 64 MiB), and between ever
   numpy   also 1 MiB of float64 updated with numpy (the data caches evicted)
   python  also 300 turns of a Python loop (the interpreter's code and data)
 --ping: the bare round trip (gmlake_ping) instead of alloc+free: what entering JS costs.
+--total: GMLAKE_TIME_CALLS=total (the whole calls only, two clock reads a call, as the plug
+times PyTorch's own allocator) instead of 1 (also the parts: four more reads a JS call).
 
-usage: python3 bench/cold_calls.py [--policy vms] [--work none|numpy|python] [--pairs 20000] [--ping]
+usage: python3 bench/cold_calls.py [--policy vms] [--work none|numpy|python] [--pairs 20000] [--ping] [--total]
 Prints one JSON line: us per alloc+free pair (or per ping) in the library's alloc and free,
 and their parts for the calls that entered JS (enter: taking the isolate; prepare: scopes and
 the queued frees' hand-over; js: the JS function), and the loop's wall time per pair.
@@ -26,10 +28,11 @@ ap.add_argument("--policy", default="vms")
 ap.add_argument("--work", default="none", choices=["none", "numpy", "python"])
 ap.add_argument("--pairs", type=int, default=20000)
 ap.add_argument("--ping", action="store_true")
+ap.add_argument("--total", action="store_true")
 args = ap.parse_args()
 if args.pairs <= 0:
     sys.exit("cold_calls: --pairs takes a positive number")
-os.environ["GMLAKE_TIME_CALLS"] = "1"
+os.environ["GMLAKE_TIME_CALLS"] = "total" if args.total else "1"
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import gmlake_torch  # noqa: E402
 
@@ -89,8 +92,8 @@ s1 = gmlake_torch.stats()
 us = {k: s1["call_time_us"][k] - s0["call_time_us"][k] for k in s1["call_time_us"]}
 n = args.pairs
 out = {"policy": args.policy, "work": args.work, "op": "ping" if args.ping else "alloc+free", "n": n,
-       "js_calls": s1["num_calls"]["js"] - s0["num_calls"]["js"],
+       "time_calls": os.environ["GMLAKE_TIME_CALLS"], "js_calls": s1["num_calls"].get("js", 0) - s0["num_calls"].get("js", 0),
        "us": round((us["alloc"] + us["free"]) / n, 3) if not args.ping else None,
-       **{f"{k}_us": round(us[k] / n, 3) for k in ("enter", "prepare", "js")},
+       **{f"{k}_us": round(us[k] / n, 3) for k in ("enter", "prepare", "js") if k in us},
        "wall_us": round(wall / n * 1e6, 2)}
 print(json.dumps(out))

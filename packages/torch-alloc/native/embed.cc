@@ -72,7 +72,7 @@ bool g_freeQueueOn = false;  // the bridge took the slots (attachFreeQueue)
 std::string g_startError;  // sticky: a failed start is reported again, never retried
 thread_local std::string t_lastError;
 
-// GMLAKE_TIME_CALLS=1 (read at start): where a call's time goes on this side, summed over
+// GMLAKE_TIME_CALLS=1 (read at start; not with =total): where a call's time goes on this side, summed over
 // the calls that enter JS (a Locker per call): taking the isolate (Locker, Isolate::Scope;
 // with one JS thread: from the post to the JS thread's pick-up), the scopes and the
 // hand-over of queued frees, and the JS function itself. The library's own timer has the
@@ -480,7 +480,9 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
   if (g_started) return 0;
   if (!g_startError.empty()) return fail(g_startError);
   if (const char* s = std::getenv("GMLAKE_SPIN_US")) g_spinUs = std::atof(s);
-  if (const char* s = std::getenv("GMLAKE_TIME_CALLS")) g_timeParts = *s != '\0' && std::strcmp(s, "0") != 0;
+  // "total": only the library's whole-call timer (two clock reads a call, as the plug's for
+  // PyTorch's own allocator), not these parts (four more reads on every call into JS)
+  if (const char* s = std::getenv("GMLAKE_TIME_CALLS")) g_timeParts = *s != '\0' && std::strcmp(s, "0") != 0 && std::strcmp(s, "total") != 0;
   g_threading = threading;
   std::string startErr;
   if (threading == kThreadingThread) {

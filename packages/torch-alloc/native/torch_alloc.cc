@@ -65,7 +65,7 @@ std::mutex g_deferredMutex;
 std::vector<DeferredFree> g_deferred;  // frees that arrived during capture
 std::atomic<size_t> g_deferredCount{0};  // its size, read without the lock on every call
 
-// GMLAKE_TIME_CALLS=1: the time the calling threads spend inside alloc and free, summed
+// GMLAKE_TIME_CALLS=1 or total: the time the calling threads spend inside alloc and free, summed
 // (stats()'s call_time_us). It tells the allocator's host time in a training step from the
 // GPU's; off by default because the two clock reads cost ~0.04 us of a ~1.3 us pair.
 enum : int { kCallAlloc = 0, kCallFree = 1 };
@@ -282,9 +282,11 @@ GMLAKE_EXPORT int gmlake_start(const char* config_json, int threading) {
   char err[4096] = {0};
   if (start(boot.c_str(), config_json, threading, err, sizeof err) != 0) return fail(std::string("gmlake: ") + err);
   if (std::strstr(config_json, "\"driver\":\"cuda\"") != nullptr) LoadCaptureCheck();
-  // embed.cc reads GMLAKE_TIME_CALLS at its start; its answer here is whether it is on
+  // embed.cc reads GMLAKE_TIME_CALLS at its start; its answer here is whether it times the
+  // parts (=1); =total times only the whole calls, here
   double probe[4];
-  g_timeCalls = g_embedTimes != nullptr && g_embedTimes(probe) == 1;
+  const char* timeCalls = std::getenv("GMLAKE_TIME_CALLS");
+  g_timeCalls = (g_embedTimes != nullptr && g_embedTimes(probe) == 1) || (timeCalls != nullptr && std::strcmp(timeCalls, "total") == 0);
   g_text = text;
   g_call = call;
   std::atexit([] { g_exiting.store(true); });
@@ -424,8 +426,8 @@ GMLAKE_EXPORT void gmlake_set_oom_thrower(OomThrower fn) { g_oomThrower = fn; }
  * The summed time inside alloc and free (GMLAKE_TIME_CALLS=1): out[0] alloc ns, out[1]
  * allocs, out[2] free ns, out[3] frees; then the embedding's parts of the calls that entered
  * JS (embed.cc): out[4] ns taking the isolate, out[5] preparing (scopes, the queued frees'
- * hand-over), out[6] in the JS function, out[7] those calls. Returns 1, or 0 (out untouched)
- * when not timing.
+ * hand-over), out[6] in the JS function, out[7] those calls. Returns 1; 2 when only the whole
+ * calls are timed (GMLAKE_TIME_CALLS=total: out[4..7] are 0); 0 (out untouched) when not timing.
  */
 GMLAKE_EXPORT int gmlake_call_times(double* out) {
   if (!g_timeCalls) return 0;
@@ -434,6 +436,6 @@ GMLAKE_EXPORT int gmlake_call_times(double* out) {
     out[2 * k + 1] = static_cast<double>(g_callCount[k].load(std::memory_order_relaxed));
   }
   for (int k = 4; k < 8; k++) out[k] = 0;
-  if (g_embedTimes != nullptr) g_embedTimes(out + 4);
-  return 1;
+  if (g_embedTimes != nullptr && g_embedTimes(out + 4) == 1) return 1;
+  return 2;  // GMLAKE_TIME_CALLS=total: the whole calls only
 }

@@ -26,6 +26,7 @@ crash is then a failed case, not a lost run):
   call-times, call-times:thread
                                GMLAKE_TIME_CALLS=1: every call counted and timed, the
                                embedding's parts inside the whole (Locker; one JS thread)
+  call-times:total             GMLAKE_TIME_CALLS=total: the whole calls only, no parts
 
 usage: python3 test/harness.py [CASE...]       (no CASE: all of them)
 """
@@ -253,23 +254,33 @@ def oom():
     return None
 
 
-def call_times():
-    """GMLAKE_TIME_CALLS=1: stats() counts every alloc and free and sums their time."""
+def timed_calls(n, free_every):
+    """n allocs of 1-7 MiB on the host driver, the oldest freed after every free_every-th, then
+    stats(): (native, live, num_calls, call_time_us, an error unless both count every call and took time)."""
     native = gmlake_torch.start("vms", driver="host")
     live = []
-    for i in range(300):
+    for i in range(n):
         st, a = native.try_alloc((i % 7 + 1) * MiB)
         if st != 0:
-            return f"alloc failed: {native.error()}"
+            return native, live, None, None, f"alloc failed: {native.error()}"
         live.append((a, (i % 7 + 1) * MiB))
-        if i % 3 == 2:
+        if i % free_every == free_every - 1:
             native.free(*live.pop(0))
     s = gmlake_torch.stats()
     calls, us = s.get("num_calls"), s.get("call_time_us")
-    if not calls or (calls["alloc"], calls["free"]) != (300, 100):
-        return f"num_calls = {calls}, expected 300 allocs and 100 frees"
+    frees = n // free_every
+    if not calls or (calls["alloc"], calls["free"]) != (n, frees):
+        return native, live, calls, us, f"num_calls = {calls}, expected {n} allocs and {frees} frees"
     if not (us and us["alloc"] > 0 and us["free"] > 0):
-        return f"call_time_us = {us}, expected both > 0"
+        return native, live, calls, us, f"call_time_us = {us}, expected both > 0"
+    return native, live, calls, us, None
+
+
+def call_times():
+    """GMLAKE_TIME_CALLS=1: stats() counts every alloc and free and sums their time."""
+    native, live, calls, us, err = timed_calls(300, 3)
+    if err:
+        return err
     # every alloc enters JS (the frees are queued for the next one); the parts are inside the whole
     parts = us["enter"] + us["prepare"] + us["js"]
     if calls["js"] < 300 or not (0 < parts <= us["alloc"] + us["free"]) or min(us["enter"], us["prepare"], us["js"]) <= 0:
@@ -281,6 +292,19 @@ def call_times():
     gmlake_torch.close()
     print(json.dumps({"case": "call-times", "us_per_alloc": round(us["alloc"] / 300, 2), "us_per_free": round(us["free"] / 100, 2),
                       "us_per_js_call": {k: round(us[k] / calls["js"], 2) for k in ("enter", "prepare", "js")}}))
+    return None
+
+
+def call_times_total():
+    """GMLAKE_TIME_CALLS=total: the whole calls timed and counted, the embedding's parts not."""
+    native, live, calls, us, err = timed_calls(200, 4)
+    if err:
+        return err
+    if set(us) != {"alloc", "free"} or set(calls) != {"alloc", "free"}:
+        return f"GMLAKE_TIME_CALLS=total timed the parts too: {us}, {calls}"
+    for a, n in live:
+        native.free(a, n)
+    gmlake_torch.close()
     return None
 
 
@@ -459,6 +483,7 @@ CASES = {
     "bad-free": bad_free,
     "call-times": call_times,
     "call-times:thread": call_times,
+    "call-times:total": call_times_total,
     "bad-module": bad_module,
     "no-libnode": lambda: expect_start_error("libnode.so.108 not found", policy="caching", driver="host"),
     "bad-policy": lambda: expect_start_error("nope", policy="nope", driver="host"),
@@ -473,6 +498,7 @@ CASES["stress:vms-one-stream-reuse:locker"] = lambda: stress("vms", "locker", kn
 ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times": {"GMLAKE_TIME_CALLS": "1"},
        # one JS thread: "enter" is the hand-off (the post to the JS thread's pick-up)
        "call-times:thread": {"GMLAKE_TIME_CALLS": "1", "GMLAKE_THREADING": "thread"},
+       "call-times:total": {"GMLAKE_TIME_CALLS": "total"},
        "node-flags-not-flags": {"GMLAKE_NODE_FLAGS": "--max-semi-space-size=1 prof"},
        "node-flags-unknown": {"GMLAKE_NODE_FLAGS": "--no-such-flag"},
        "node-flags": {"GMLAKE_NODE_FLAGS": " --trace-gc\t--max-semi-space-size=1 --min-semi-space-size=1 "}}

@@ -13,7 +13,8 @@ GMLAKE_DRIVER (cuda | host | sim), GMLAKE_THREADING (locker | thread),
 GMLAKE_POLICY_MODULE, GMLAKE_RECORD (1: keep the history for snapshot()),
 GMLAKE_RECORD_MAX_ENTRIES (the history's bound), GMLAKE_CAPTURE_CHECK (always: ask the
 driver about CUDA-graph capture on every call), GMLAKE_TIME_CALLS (1: stats() says the
-time spent inside alloc and free), GMLAKE_TORCH_ALLOC_LIB (the library's path).
+time spent inside alloc and free, and its parts; total: the whole calls only, two clock reads
+a call), GMLAKE_TORCH_ALLOC_LIB (the library's path).
 """
 import ctypes
 import json
@@ -273,12 +274,15 @@ def stats():
     except ValueError:
         raise GmlakeError(text) from None
     t = (ctypes.c_double * 8)()
-    if native.lib.gmlake_call_times(t):
+    timed = native.lib.gmlake_call_times(t)  # 1: with the parts; 2: GMLAKE_TIME_CALLS=total
+    if timed:
         # alloc and free as the caller sees them; enter / prepare / js: the parts of the calls
         # that ran JS (taking the isolate, its scopes and the queued frees' hand-over, the JS itself)
-        st["call_time_us"] = {"alloc": t[0] / 1000, "free": t[2] / 1000, "enter": t[4] / 1000, "prepare": t[5] / 1000,
-                              "js": t[6] / 1000}
-        st["num_calls"] = {"alloc": int(t[1]), "free": int(t[3]), "js": int(t[7])}
+        st["call_time_us"] = {"alloc": t[0] / 1000, "free": t[2] / 1000}
+        st["num_calls"] = {"alloc": int(t[1]), "free": int(t[3])}
+        if timed == 1:
+            st["call_time_us"].update(enter=t[4] / 1000, prepare=t[5] / 1000, js=t[6] / 1000)
+            st["num_calls"]["js"] = int(t[7])
     return st
 
 
