@@ -303,7 +303,8 @@ step_timing() {
       for a in "${ta[@]}"; do
         # ours once per set of TIMING_ENVS (e1, e2, ... in the tag past the first)
         local sets=("") k=0 e
-        if [[ $a == ours:* && -n "${TIMING_ENVS:-}" ]]; then IFS=';' read -ra sets <<<"$TIMING_ENVS"; fi
+        # a sentinel field keeps a trailing empty set ('X;': X, then none), which read drops
+        if [[ $a == ours:* && -n "${TIMING_ENVS:-}" ]]; then IFS=';' read -ra sets <<<"$TIMING_ENVS;."; unset 'sets[-1]'; fi
         for e in "${sets[@]}"; do
           e=$(echo "$e" | sed 's/^ *//; s/ *$//')
           local -a assign=() words=()

@@ -365,6 +365,12 @@ class LiveRun(unittest.TestCase):
                                ("timing-gpt2_ft-ours_vms-e1-r1", "--max-semi-space-size=1 --x", None, 'GMLAKE_NODE_FLAGS="--max-semi-space-size=1 --x"'),
                                ("timing-gpt2_ft-ours_vms-e2-r1", None, "thread", "GMLAKE_THREADING=thread")])
 
+    def test_a_trailing_empty_env_set_runs_too(self):
+        _, rows, _ = self.live_run(STEPS="timing", TIMING_WORKLOADS="gpt2_ft", TIMING_ALLOCATORS="ours:vms", TIMING_REPS="1",
+                                   TIMING_STEPS="4", TIMING_ENVS="GMLAKE_THREADING=thread;")
+        self.assertEqual([(r["tag"], r.get("threading")) for r in rows],
+                         [("timing-gpt2_ft-ours_vms-r1", "thread"), ("timing-gpt2_ft-ours_vms-e1-r1", None)])
+
     def test_baseline_needs_its_bundle(self):
         with tempfile.TemporaryDirectory() as d:
             env = dict(os.environ, OUT=os.path.join(d, "out"), GMLAKE_RUN_DIR=os.path.join(d, "work"), STEPS="timing",
