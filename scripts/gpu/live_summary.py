@@ -360,7 +360,7 @@ def main(argv):
             # a variant of a policy's run (e.g. micro-vms-capture-always) says which in its tag
             plain = "micro-" + r["policy"].replace(":", "_")
             tag = r.get("tag") or plain
-            label = r["policy"] + (f" ({tag[len(plain) + 1:] if tag.startswith(plain + '-') else tag})" if tag != plain else "")
+            label = r["policy"] if tag == plain else f"{r['policy']} ({tag.removeprefix(plain + '-')})"
             print(f"| {label} | {r['median_us']} | {r['p99_us']} | {r['mean_us']} | {r['timer_median_us']} | "
                   f"{n.get('median_us', '-')} | {n.get('p99_us', '-')} | {n.get('mean_us', '-')} |")
 

@@ -79,6 +79,7 @@ thread_local std::string t_lastError;
 // whole; what is left is leaving (the scopes' and the Locker's destructors; the answer's
 // way back).
 bool g_timeParts = false;
+bool g_timeWhole = false;  // GMLAKE_TIME_CALLS=total: the library's whole-call timer only
 std::atomic<uint64_t> g_partNs[3];  // enter, prepare, js
 std::atomic<uint64_t> g_partCalls{0};
 
@@ -482,7 +483,10 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
   if (const char* s = std::getenv("GMLAKE_SPIN_US")) g_spinUs = std::atof(s);
   // "total": only the library's whole-call timer (two clock reads a call, as the plug's for
   // PyTorch's own allocator), not these parts (four more reads on every call into JS)
-  if (const char* s = std::getenv("GMLAKE_TIME_CALLS")) g_timeParts = *s != '\0' && std::strcmp(s, "0") != 0 && std::strcmp(s, "total") != 0;
+  if (const char* s = std::getenv("GMLAKE_TIME_CALLS")) {
+    g_timeWhole = std::strcmp(s, "total") == 0;
+    g_timeParts = *s != '\0' && std::strcmp(s, "0") != 0 && !g_timeWhole;
+  }
   g_threading = threading;
   std::string startErr;
   if (threading == kThreadingThread) {
@@ -546,8 +550,12 @@ extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
   return r;
 }
 
-/** GMLAKE_TIME_CALLS=1: out[0..2] ns taking the isolate, preparing, in JS; out[3] calls. 0 when off. */
+/**
+ * GMLAKE_TIME_CALLS=1: out[0..2] ns taking the isolate, preparing, in JS; out[3] calls; 1.
+ * =total: 2 (the library times the whole calls only; out untouched). 0 when off.
+ */
 extern "C" int gmlake_embed_times(double* out) {
+  if (g_timeWhole) return 2;
   if (!g_timeParts) return 0;
   for (int k = 0; k < 3; k++) out[k] = static_cast<double>(g_partNs[k].load(std::memory_order_relaxed));
   out[3] = static_cast<double>(g_partCalls.load(std::memory_order_relaxed));

@@ -53,6 +53,7 @@ enum GmlakeThreading {
 typedef int (*gmlake_embed_start_fn)(const char* boot, const char* config_json, int threading, char* err, size_t errlen);
 typedef double (*gmlake_embed_call_fn)(int op, double a, double b, double c);
 typedef char* (*gmlake_embed_text_fn)(int op, const char* arg);
+// GMLAKE_TIME_CALLS, parsed here only: 0 off, 1 the parts too (out[0..3]), 2 =total (out untouched).
 typedef int (*gmlake_embed_times_fn)(double* out);
 
 int gmlake_embed_start(const char* boot, const char* config_json, int threading, char* err, size_t errlen);

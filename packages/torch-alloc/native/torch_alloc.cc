@@ -282,11 +282,10 @@ GMLAKE_EXPORT int gmlake_start(const char* config_json, int threading) {
   char err[4096] = {0};
   if (start(boot.c_str(), config_json, threading, err, sizeof err) != 0) return fail(std::string("gmlake: ") + err);
   if (std::strstr(config_json, "\"driver\":\"cuda\"") != nullptr) LoadCaptureCheck();
-  // embed.cc reads GMLAKE_TIME_CALLS at its start; its answer here is whether it times the
-  // parts (=1); =total times only the whole calls, here
+  // embed.cc reads GMLAKE_TIME_CALLS at its start; its answer: off, the parts too (1), or the
+  // whole calls only (total)
   double probe[4];
-  const char* timeCalls = std::getenv("GMLAKE_TIME_CALLS");
-  g_timeCalls = (g_embedTimes != nullptr && g_embedTimes(probe) == 1) || (timeCalls != nullptr && std::strcmp(timeCalls, "total") == 0);
+  g_timeCalls = g_embedTimes != nullptr && g_embedTimes(probe) != 0;
   g_text = text;
   g_call = call;
   std::atexit([] { g_exiting.store(true); });
@@ -436,6 +435,5 @@ GMLAKE_EXPORT int gmlake_call_times(double* out) {
     out[2 * k + 1] = static_cast<double>(g_callCount[k].load(std::memory_order_relaxed));
   }
   for (int k = 4; k < 8; k++) out[k] = 0;
-  if (g_embedTimes != nullptr && g_embedTimes(out + 4) == 1) return 1;
-  return 2;  // GMLAKE_TIME_CALLS=total: the whole calls only
+  return g_embedTimes(out + 4);  // 1 with the parts, 2 the whole calls only (GMLAKE_TIME_CALLS=total)
 }
