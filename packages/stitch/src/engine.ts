@@ -105,14 +105,7 @@ export class Allocator {
 
   /** Allocate `size` bytes on `stream`; null when out of memory (an `oom` event is recorded). */
   tryMalloc(size: number, stream = 0): Block | null {
-    if (this.closed) throw new StitchError("CLOSED", `malloc(${size}) after close(): this allocator holds no memory any more`);
-    if (!(size >= 0) || !Number.isSafeInteger(size)) {
-      throw new StitchError("BAD_ARGUMENT", `Expected a non-negative integer size but received ${size}`);
-    }
-    // a raw cudaStream_t (negative: a private pool's key): NaN or a fraction would break every per-stream pool key
-    if (!Number.isSafeInteger(stream)) {
-      throw new StitchError("BAD_ARGUMENT", `Expected a stream (an integer) but received ${stream}`);
-    }
+    this.checkMallocArgs(size, stream);
     const ctx = this.ctx;
     ctx.beginCall();
     if (this.deferred.length > 0) this.completeDeferred(false);
@@ -125,12 +118,51 @@ export class Allocator {
     }
     const st = this.stats;
     if (ctx.retriedNow) st.numAllocRetries++;
-    if (b !== null && b.stream !== stream) this.crossStream(b, stream);
     if (b === null) {
       st.numOoms++;
       this.ctx.record(EventKind.oom, 0, size, stream);
       return null;
     }
+    return this.served(b, size, stream);
+  }
+
+  /** The policy serves mallocs from memory it holds alone (PolicyInstance.mallocCached). */
+  get servesCached(): boolean {
+    return typeof this.instance.mallocCached === "function";
+  }
+
+  /**
+   * Allocate `size` bytes on `stream` from memory the policy already holds, with no driver
+   * call that creates, maps or frees memory; null when the policy cannot (or does not
+   * implement mallocCached), with nothing recorded or counted: the caller gives back what
+   * it holds and calls tryMalloc. A front cache of freed blocks (@gmlake/torch-alloc's)
+   * asks this first, so that the policy grows only after it has seen every free block.
+   */
+  tryMallocCached(size: number, stream = 0): Block | null {
+    this.checkMallocArgs(size, stream);
+    const m = this.instance.mallocCached;
+    if (m === undefined) return null;
+    this.ctx.beginCall();
+    if (this.deferred.length > 0) this.completeDeferred(false);
+    const b = m.call(this.instance, size, stream);
+    return b === null ? null : this.served(b, size, stream);
+  }
+
+  private checkMallocArgs(size: number, stream: number): void {
+    if (this.closed) throw new StitchError("CLOSED", `malloc(${size}) after close(): this allocator holds no memory any more`);
+    if (!(size >= 0) || !Number.isSafeInteger(size)) {
+      throw new StitchError("BAD_ARGUMENT", `Expected a non-negative integer size but received ${size}`);
+    }
+    // a raw cudaStream_t (negative: a private pool's key): NaN or a fraction would break every per-stream pool key
+    if (!Number.isSafeInteger(stream)) {
+      throw new StitchError("BAD_ARGUMENT", `Expected a stream (an integer) but received ${stream}`);
+    }
+  }
+
+  /** The policy's block for malloc(size, stream): cross-stream wait, books, record, checks. */
+  private served(b: Block, size: number, stream: number): Block {
+    const st = this.stats;
+    if (b.stream !== stream) this.crossStream(b, stream);
     b.allocated = true;
     b.pendingFree = false;
     b.requested = size;

@@ -20,6 +20,14 @@ export interface PolicyInstance {
    * counts it), or null when out of memory.
    */
   malloc(size: number, stream: number): Block | null;
+  /**
+   * Optional: serve `size` on `stream` from memory the policy already holds, with no driver
+   * call that creates, maps, unmaps or frees memory (no grow, no release-and-retry); null
+   * when it cannot, with the policy's state unchanged. Policies with it can sit behind a
+   * front cache of freed blocks (@gmlake/torch-alloc's frontCacheEntries): the cache asks
+   * mallocCached first and gives its blocks back before the engine calls malloc.
+   */
+  mallocCached?(size: number, stream: number): Block | null;
   /** The block's free completed (free_completed): take it back (merge, pool, maybe release). */
   free(block: Block): void;
   /** torch.cuda.empty_cache(): release cached memory that no live block uses. */

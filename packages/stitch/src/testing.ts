@@ -12,7 +12,9 @@
  * checked at its free, on both sides of stitch seams); random operation sequences under a
  * tight and a roomy capacity; out-of-memory returned as null, then recovered; and a
  * teardown that leaves no handle, mapping, segment or reservation, with the driver's free
- * memory back where it was. No test framework needed: it throws, or returns a report.
+ * memory back where it was. A policy with mallocCached has a third of its mallocs asked
+ * that way first, which must make no driver call on memory. No test framework needed: it
+ * throws, or returns a report.
  */
 import { createDriver, cudaAvailable, mulberry32, SimDriver, withCapacity, type VmmDriver } from "@gmlake/vmm";
 import type { Block } from "./block.js";
@@ -85,6 +87,24 @@ function size(r: () => number): number {
   return r() < 0.5 ? 0 : 10 * MiB + 1;
 }
 
+/** Driver calls that create, map, unmap or free memory: mallocCached makes none of them. */
+const MEMORY_CALLS = ["memCreate", "memRelease", "memMap", "memUnmap", "memSetAccess", "memAddressReserve", "memAddressFree", "memAlloc", "memFree"] as const;
+
+function cachedMalloc(a: Allocator, size: number, stream: number): Block | null {
+  const d = a.ctx.driver;
+  const before = d.stats().calls;
+  const counts = MEMORY_CALLS.map((c) => before[c]);
+  const reserved = a.stats.reservedBytes;
+  const b = a.tryMallocCached(size, stream);
+  const after = d.stats().calls;
+  MEMORY_CALLS.forEach((c, i) => {
+    if (after[c] !== counts[i]) fail(`mallocCached(${size}) made ${after[c] - counts[i]!} ${c} call(s): it must serve from memory the policy holds`);
+  });
+  if (a.stats.reservedBytes !== reserved) fail(`mallocCached(${size}) changed reserved bytes from ${reserved} to ${a.stats.reservedBytes}`);
+  if (b !== null && b.size < size) fail(`mallocCached(${size}) returned a block of ${b.size} B`);
+  return b;
+}
+
 /** `ops` random operations on three streams: mallocs, frees (a fifth of them completed later), flushes, empty_cache. */
 function mix(a: Allocator, r: () => number, ops: number, sizeOf: (r: () => number) => number): void {
   const streams = [0, 0x5a5a00, 0x7b7b00];
@@ -94,7 +114,10 @@ function mix(a: Allocator, r: () => number, ops: number, sizeOf: (r: () => numbe
     const x = r();
     try {
       if (x < 0.5 || live.length === 0) {
-        const b = a.tryMalloc(sizeOf(r), streams[Math.floor(r() * streams.length)]!);
+        const n = sizeOf(r);
+        const stream = streams[Math.floor(r() * streams.length)]!;
+        // mallocCached (optional): served from what the policy holds, no driver call on memory
+        const b = a.servesCached && r() < 0.3 ? (cachedMalloc(a, n, stream) ?? a.tryMalloc(n, stream)) : a.tryMalloc(n, stream);
         if (b !== null) live.push(b);
       } else if (x < 0.9) {
         const j = Math.floor(r() * live.length);

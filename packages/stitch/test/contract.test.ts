@@ -41,6 +41,11 @@ describe("the contract catches a broken policy", () => {
     expect(() => runPolicyContract(p, { drivers: ["sim"], seeds: [1], sequences: 2 })).toThrow(/policy overlaps fails its contract: mixes on sim: seed 1, operation \d+: .*overlap/i);
   });
 
+  it("a mallocCached that grows (it must make no driver call on memory)", () => {
+    const p = broken("grows-when-cached", (i) => ({ ...i, malloc: i.malloc.bind(i), mallocCached: i.malloc.bind(i), free: i.free.bind(i), emptyCache: i.emptyCache.bind(i), teardown: i.teardown.bind(i) }));
+    expect(() => runPolicyContract(p, { drivers: ["sim"], seeds: [1], sequences: 2 })).toThrow(/mixes on sim: seed 1, operation \d+: mallocCached\(\d+\) made \d+ memAlloc call/);
+  });
+
   it("a teardown that keeps its cache", () => {
     const p = broken("leaky", (i) => ({ ...i, malloc: i.malloc.bind(i), free: i.free.bind(i), emptyCache: () => {}, teardown: () => {} }));
     expect(() => runPolicyContract(p, { drivers: ["sim"], seeds: [1], sequences: 2 })).toThrow(PolicyContractError);

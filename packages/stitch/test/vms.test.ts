@@ -41,6 +41,36 @@ describe("vms policy", () => {
     }
   });
 
+  it("serves mallocCached from its pools only: a fit, or null with no driver call and nothing counted", () => {
+    const d = new SimDriver();
+    try {
+      const a = new Allocator("vms", d, { options: { maxHandleBytes: 2 * MiB }, checkInvariants: 1 });
+      expect(a.servesCached).toBe(true);
+      const x = a.malloc(8 * MiB);
+      const y = a.malloc(8 * MiB);
+      a.free(x);
+      const before = d.stats().totalCalls;
+      const allocs = a.stats.allocations;
+      // 12 MiB would need a grow or handles moved: refused, untouched
+      expect(a.tryMallocCached(12 * MiB)).toBeNull();
+      expect(d.stats().totalCalls).toBe(before);
+      expect(a.stats.allocations).toBe(allocs);
+      expect(a.stats.numOoms).toBe(0);
+      // 6 MiB fits the freed 8 MiB block: served, counted like a malloc
+      const z = a.tryMallocCached(6 * MiB)!;
+      expect(z.addr).toBe(x.addr);
+      expect(d.stats().totalCalls).toBe(before);
+      expect(a.stats.allocations).toBe(allocs + 1);
+      // a small request carves a small segment from free mapped memory when it can
+      expect(a.tryMallocCached(1000)).not.toBeNull();
+      expect(d.stats().totalCalls).toBe(before);
+      a.check();
+      a.close([y, z]);
+    } finally {
+      d.close();
+    }
+  });
+
   it("fills an unmapped hole inside a free run with handles moved from elsewhere (fewest new bytes)", () => {
     const d = new SimDriver();
     const a = new Allocator("vms", d, { options: { maxHandleBytes: 2 * MiB }, checkInvariants: 1 });

@@ -110,12 +110,19 @@ export class VmsAllocator implements PolicyInstance {
 
   malloc(size: number, stream: number): Block | null {
     const rounded = roundSize(size, this.rp2);
-    if (rounded <= kSmallSize) return this.mallocSmall(rounded, stream);
-    return this.mallocLarge(rounded, stream);
+    if (rounded <= kSmallSize) return this.mallocSmall(rounded, stream, false);
+    return this.mallocLarge(rounded, stream, false);
+  }
+
+  /** malloc without the slow path: a fit in the pools (cross-stream too), never a grow or a driver call on memory. */
+  mallocCached(size: number, stream: number): Block | null {
+    const rounded = roundSize(size, this.rp2);
+    if (rounded <= kSmallSize) return this.mallocSmall(rounded, stream, true);
+    return this.mallocLarge(rounded, stream, true);
   }
 
   /** Small requests: best fit in the small pool, else a new small segment carved from the arena (a cache hit there when it can). */
-  private mallocSmall(rounded: number, stream: number): Block | null {
+  private mallocSmall(rounded: number, stream: number, cachedOnly: boolean): Block | null {
     const sp = this.smallPool;
     let b = sp.seek(stream, rounded);
     if (b !== null && b.stream === stream) {
@@ -123,7 +130,7 @@ export class VmsAllocator implements PolicyInstance {
       if (b.size - rounded >= kMinBlockSize) sp.replaceAtCursor(splitBack(b, b.addr + rounded));
       else sp.takeAtCursor();
     } else {
-      const host = this.mallocLarge(this.o.smallSegmentBytes, stream);
+      const host = this.mallocLarge(this.o.smallSegmentBytes, stream, cachedOnly);
       if (host === null) return null;
       host.allocated = true;
       this.n.smallSegments++;
@@ -162,7 +169,7 @@ export class VmsAllocator implements PolicyInstance {
     sp.insert(b);
   }
 
-  private mallocLarge(rounded: number, stream: number): Block | null {
+  private mallocLarge(rounded: number, stream: number, cachedOnly: boolean): Block | null {
     const b = this.pool.seek(stream, rounded);
     if (b !== null && b.stream === stream) {
       // the rest takes the best fit's place in the pool (no delete and insert)
@@ -180,6 +187,7 @@ export class VmsAllocator implements PolicyInstance {
         return this.carve(x, x.addr, rounded);
       }
     }
+    if (cachedOnly) return null;
     let r = this.grow(rounded, stream, false);
     if (r === null) {
       // Out of memory: use every free handle, at the open end of the arena where any handle fits.
