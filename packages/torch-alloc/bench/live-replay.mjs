@@ -7,7 +7,7 @@
 // the program's empty_cache calls are made too.
 //   node bench/live-replay.mjs [--trace gpt2_ft] [--policy vms] [--reps 5] [--warmup 1]
 //                              [--streams recorded|one] [--record false|true] [--knobs JSON]
-//                              [--evict-kib N]
+//                              [--evict-kib N] [--front-cache N]
 // Prints one JSON line: ns per alloc+free pair over the whole trace and over its second
 // half (the steady state; an alloc's share of the frees and empty_cache calls with it), best
 // and median of the reps (each rep a fresh bridge; warm-up reps first, not counted), and what
@@ -16,6 +16,11 @@
 // --evict-kib N: the caches are swept (N KiB read) before each call and only the calls are
 // timed (a clock read around each, about 40 ns, counted): a cold-cache state nearer to
 // PyTorch's process, where the training's own work runs between two allocations.
+// --front-cache N: the native front cache as embed.cc keeps it (frontCacheEntries = N): the
+// last N frees held, an alloc of a held block's size and stream served from it without a
+// call (not timed: no JS runs), OP_ALLOC_CACHED while blocks are held, and the held blocks
+// queued before OP_ALLOC when the policy would grow, before empty_cache and at the end.
+// "decided" then also says how many allocations it served (front_cache_hits).
 // Profile with `node --cpu-prof --cpu-prof-dir=prof bench/live-replay.mjs ...`.
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -26,7 +31,18 @@ import { planTrace } from "@gmlake/stitch";
 import { EventKind } from "@gmlake/trace";
 import { readSnapshot } from "@gmlake/torch-trace";
 
-import { createBridge, FREE_QUEUE_SLOTS, OP_ALLOC, OP_EMPTY_CACHE, OP_FLUSH } from "../dist/bridge.js";
+import {
+  createBridge,
+  FREE_QUEUE_HEADER,
+  FREE_QUEUE_LENGTH,
+  FREE_QUEUE_SLOTS,
+  FRONT_CACHE_MAX_ENTRIES,
+  OP_ALLOC,
+  OP_ALLOC_CACHED,
+  OP_EMPTY_CACHE,
+  OP_FLUSH,
+  STATUS_NOT_CACHED,
+} from "../dist/bridge.js";
 
 const { values } = parseArgs({
   options: {
@@ -38,6 +54,7 @@ const { values } = parseArgs({
     record: { type: "string", default: "false" },
     knobs: { type: "string", default: "{}" },
     "evict-kib": { type: "string", default: "0" },
+    "front-cache": { type: "string", default: "0" },
   },
 });
 const reps = Number(values.reps);
@@ -52,6 +69,11 @@ if (!(evictKib >= 0)) {
   process.exit(2);
 }
 const junk = evictKib > 0 ? new Float64Array(evictKib * 128) : null;
+const frontCache = Number(values["front-cache"]);
+if (!(Number.isInteger(frontCache) && frontCache >= 0 && frontCache <= FRONT_CACHE_MAX_ENTRIES)) {
+  console.error(`live-replay: --front-cache takes a whole number from 0 to ${FRONT_CACHE_MAX_ENTRIES}`);
+  process.exit(2);
+}
 let knobs;
 try {
   knobs = JSON.parse(values.knobs);
@@ -112,13 +134,28 @@ const secondHalf = allocs - (allocs >> 1);
 
 // ---- one rep: a fresh bridge, the whole sequence, driven as embed.cc drives it ----
 async function rep() {
-  const bridge = await createBridge({ policy: values.policy, knobs, driver: "sim", record: values.record === "true", device });
-  const queue = new Float64Array(2 + 3 * FREE_QUEUE_SLOTS);
+  const bridge = await createBridge({ policy: values.policy, knobs, driver: "sim", record: values.record === "true", device, frontCacheEntries: frontCache });
+  const queue = new Float64Array(FREE_QUEUE_LENGTH);
   const slots = new Float64Array(4);
   bridge.attachFreeQueue(queue);
   const call = bridge.attachCallSlots(slots);
   const addrOf = new Float64Array(allocs);
+  const sizeOf = new Float64Array(allocs);
+  const streamOf = new Float64Array(allocs);
   let queued = 0;
+  const enqueue = (addr, sz, st) => {
+    const at = FREE_QUEUE_HEADER + 3 * queued++;
+    queue[at] = addr;
+    queue[at + 1] = sz;
+    queue[at + 2] = st;
+  };
+  // the front cache: held (address, size, stream), oldest first
+  const held = [];
+  let hits = 0;
+  const giveBack = () => {
+    for (const [addr, sz, st] of held) enqueue(addr, sz, st);
+    held.length = 0;
+  };
   const untimed = (op, a, b, c) => {
     queue[0] = queued; // HandOverFrees: the frees queued since the last call
     queued = 0;
@@ -153,19 +190,42 @@ async function rep() {
     }
     const k = kind[j];
     if (k === OP_K_ALLOC) {
-      const p = invoke(OP_ALLOC, size[j], device, stream[j]);
-      if (p < 0) throw new Error(`live-replay: alloc(${size[j]}) failed: ${bridge.text(3, "")}`);
+      const sz = size[j];
+      const st = stream[j];
+      sizeOf[slot[j]] = sz;
+      streamOf[slot[j]] = st;
+      if (frontCache > 0) {
+        let h = held.length - 1;
+        while (h >= 0 && (held[h][1] !== sz || held[h][2] !== st)) h--;
+        if (h >= 0) {
+          addrOf[slot[j]] = held[h][0];
+          held.splice(h, 1);
+          hits++;
+          continue;
+        }
+      }
+      let p = held.length > 0 ? invoke(OP_ALLOC_CACHED, sz, device, st) : invoke(OP_ALLOC, sz, device, st);
+      if (p === STATUS_NOT_CACHED) {
+        giveBack();
+        p = invoke(OP_ALLOC, sz, device, st);
+      }
+      if (p < 0) throw new Error(`live-replay: alloc(${sz}) failed: ${bridge.text(3, "")}`);
       addrOf[slot[j]] = p;
     } else if (k === OP_K_FREE) {
       if (queued === FREE_QUEUE_SLOTS) invoke(OP_FLUSH, 0, 0, 0);
-      const at = 2 + 3 * queued++;
-      queue[at] = addrOf[slot[j]];
-      queue[at + 1] = 0; // size and stream: the native side passes them, the bridge reads only the address
-      queue[at + 2] = 0;
+      const s = slot[j];
+      if (frontCache > 0) {
+        held.push([addrOf[s], sizeOf[s], streamOf[s]]);
+        if (held.length > frontCache) enqueue(...held.shift());
+      } else {
+        enqueue(addrOf[s], sizeOf[s], streamOf[s]);
+      }
     } else {
+      giveBack();
       invoke(OP_EMPTY_CACHE, 0, 0, 0);
     }
   }
+  giveBack();
   if (queued > 0) invoke(OP_FLUSH, 0, 0, 0);
   const tEnd = process.hrtime.bigint();
   const ns = junk === null ? Number(tEnd - t0) : Number(inCalls);
@@ -177,6 +237,7 @@ async function rep() {
     h = Math.imul(h ^ Math.floor(addrOf[i] / 2 ** 32), 16777619);
   }
   const decided = {
+    ...(frontCache > 0 ? { front_cache_hits: hits } : {}),
     addresses_hash: (h >>> 0).toString(16),
     peak_reserved_bytes: st["reserved_bytes.all.peak"],
     reserved_bytes: st["reserved_bytes.all.current"],
@@ -212,6 +273,7 @@ console.log(
     streams: values.streams,
     record: values.record === "true",
     evict_kib: evictKib,
+    front_cache_entries: frontCache,
     pairs: allocs,
     still_live_at_end: stillLive,
     reps,

@@ -4,7 +4,9 @@
 // and through it @gmlake/stitch. Every allocator call becomes one synchronous call of the
 // bridge's `call(op, a, b, c)` (its arguments and answer passed through shared slots,
 // attachCallSlots), except frees, which are queued and handed over with the next call
-// (embed.h kFreeQueueSlots): one isolate entry per alloc+free pair, not two.
+// (embed.h kFreeQueueSlots): one isolate entry per alloc+free pair, not two. With the front
+// cache on (frontCacheEntries), the last frees are held here instead and an alloc of the same
+// size on the same stream takes one back without entering JS at all (README "Front cache").
 //
 // Two ways for PyTorch's threads (the Python thread, autograd's backward thread) to reach
 // the one isolate, chosen at start (README "Threading", BENCHMARKS.md):
@@ -31,6 +33,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <node.h>
@@ -67,8 +70,26 @@ bool g_started = false;
 // g_freeSlots (a Float64Array there) by whoever holds the isolate, before its call.
 std::mutex g_freeMutex;
 std::vector<double> g_freeQueue;  // (address, size, stream) each
-double g_freeSlots[2 + 3 * kFreeQueueSlots];
+double g_freeSlots[kFreeQueueLength];
 bool g_freeQueueOn = false;  // the bridge took the slots (attachFreeQueue)
+
+// The front cache (embed.h), all under g_freeMutex. A held block stays allocated in the
+// engine's books; `g_live` knows every block the engine handed out (its size and stream at
+// the alloc), so that only a block of ours, freed once, with its own size and stream and no
+// other stream's use (record_stream: its free waits on events), is ever handed out again.
+struct Held {
+  double addr, size, stream;
+};
+struct LiveBlock {
+  double size, stream;
+  bool held;      // in g_held now
+  bool recorded;  // record_stream was called on it
+};
+std::atomic<size_t> g_frontCacheEntries{0};  // the bridge's frontCacheEntries (0: off)
+double g_device = 0;                          // the one device the engine serves
+std::vector<Held> g_held;                     // oldest first
+std::unordered_map<uint64_t, LiveBlock> g_live;
+double g_frontCacheHits = 0, g_frontCacheHitBytes = 0, g_frontCachePasses = 0;
 std::string g_startError;  // sticky: a failed start is reported again, never retried
 thread_local std::string t_lastError;
 
@@ -252,8 +273,20 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
       *err = "the allocator's bridge refused the free queue: " + Describe(g_isolate, tc);
       return false;
     }
-    g_freeQueue.reserve(3 * kFreeQueueSlots);
+    g_freeQueue.reserve(3 * (kFreeQueueSlots + kFrontCacheMaxEntries));
     g_freeQueueOn = true;
+    Local<Value> entries, device;
+    if (bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "frontCacheEntries")).ToLocal(&entries) &&
+        entries->IsNumber() &&
+        bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "device")).ToLocal(&device) && device->IsNumber()) {
+      double n = entries.As<Number>()->Value();
+      if (n > 0 && n <= kFrontCacheMaxEntries) {
+        g_device = device.As<Number>()->Value();
+        g_held.reserve(static_cast<size_t>(n) + 1);
+        g_live.reserve(16384);
+        g_frontCacheEntries.store(static_cast<size_t>(n));
+      }
+    }
   }
   Local<Value> attachCall, slotCall;
   if (!bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "attachCallSlots")).ToLocal(&attachCall) ||
@@ -275,11 +308,76 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
 // Holding the isolate: the queued frees into the slots JS reads at its next call.
 void HandOverFrees() {
   std::lock_guard<std::mutex> lock(g_freeMutex);
+  g_freeSlots[2] = g_frontCacheHits;
+  g_freeSlots[3] = g_frontCacheHitBytes;
+  g_freeSlots[4] = g_frontCachePasses;
   size_t n = g_freeQueue.size();
   if (n == 0) return;
-  std::memcpy(g_freeSlots + 2, g_freeQueue.data(), n * sizeof(double));
+  std::memcpy(g_freeSlots + kFreeQueueHeader, g_freeQueue.data(), n * sizeof(double));
   g_freeSlots[0] = static_cast<double>(n / 3);
   g_freeQueue.clear();
+}
+
+// ---- the front cache (under g_freeMutex) ---------------------------------------------------
+uint64_t Key(double address) { return static_cast<uint64_t>(address); }
+
+void QueueLocked(double address, double size, double stream) {
+  g_freeQueue.push_back(address);
+  g_freeQueue.push_back(size);
+  g_freeQueue.push_back(stream);
+}
+
+// Every held block to the queue, so the engine sees it at the next call: before it would
+// grow, before empty_cache and before statistics, snapshots and close.
+void GiveBackHeldLocked() {
+  for (const Held& h : g_held) {
+    g_live.erase(Key(h.addr));
+    QueueLocked(h.addr, h.size, h.stream);
+  }
+  g_held.clear();
+}
+
+// A free with the cache on: held (the oldest held block queued when over the size), or queued.
+void HoldOrQueueLocked(double address, double size, double stream) {
+  auto it = g_live.find(Key(address));
+  if (it != g_live.end() && it->second.held) {
+    // Handing it out twice would give two tensors one block: dropped, and said.
+    std::fprintf(stderr, "gmlake: free(0x%llx, %.0f) of a block freed already (the front cache holds it); ignored\n",
+                 static_cast<unsigned long long>(Key(address)), size);
+    return;
+  }
+  if (it == g_live.end() || it->second.recorded || it->second.size != size || it->second.stream != stream) {
+    // Not one to hand out again: the engine decides (an address it did not hand out is an
+    // error there; a block used on other streams is freed once their events complete).
+    if (it != g_live.end()) g_live.erase(it);
+    g_frontCachePasses += 1;
+    QueueLocked(address, size, stream);
+    return;
+  }
+  it->second.held = true;
+  g_held.push_back({address, size, stream});
+  if (g_held.size() > g_frontCacheEntries.load(std::memory_order_relaxed)) {
+    Held oldest = g_held.front();
+    g_held.erase(g_held.begin());
+    g_live.erase(Key(oldest.addr));
+    QueueLocked(oldest.addr, oldest.size, oldest.stream);
+  }
+}
+
+// An alloc with the cache on: the newest held block of this size and stream, or 0 (none).
+double TakeHeldLocked(double size, double device, double stream) {
+  if (device != g_device) return 0;
+  for (size_t i = g_held.size(); i-- > 0;) {
+    const Held& h = g_held[i];
+    if (h.size != size || h.stream != stream) continue;
+    double address = h.addr;
+    g_held.erase(g_held.begin() + static_cast<std::ptrdiff_t>(i));
+    g_live[Key(address)].held = false;
+    g_frontCacheHits += 1;
+    g_frontCacheHitBytes += size;
+    return address;
+  }
+  return 0;
 }
 
 char* TextJs(int op, const std::string& arg);
@@ -504,26 +602,10 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
   return 0;
 }
 
-extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
-  if (!g_started) {
-    t_lastError = "gmlake allocator: not started";
-    return kStatusNotStarted;
-  }
-  if (op == kOpFree && g_freeQueueOn) {
-    {
-      std::lock_guard<std::mutex> lock(g_freeMutex);
-      if (g_freeQueue.size() < 3 * static_cast<size_t>(kFreeQueueSlots)) {
-        g_freeQueue.push_back(a);
-        g_freeQueue.push_back(b);
-        g_freeQueue.push_back(c);
-        return 0;
-      }
-    }
-    // full: hand the queue over now (this call's free goes in with it), as any call would
-    double r = gmlake_embed_call(kOpFlush, 0, 0, 0);
-    if (r < 0) return r;
-    return gmlake_embed_call(op, a, b, c);
-  }
+namespace {
+
+// One call into JS, by the threading chosen at start.
+double Dispatch(int op, double a, double b, double c) {
   if (g_threading == kThreadingThread) {
     std::lock_guard<std::mutex> lock(g_box.submit);
     g_box.isText = false;
@@ -550,6 +632,70 @@ extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
   return r;
 }
 
+// An alloc with the front cache on: a held block of this size and stream, else the engine
+// (from what it holds while the cache holds blocks; else after it got them back).
+double AllocFrontCached(double size, double device, double stream) {
+  bool holding;
+  {
+    std::lock_guard<std::mutex> lock(g_freeMutex);
+    double address = TakeHeldLocked(size, device, stream);
+    if (address != 0) return address;
+    holding = !g_held.empty();
+  }
+  double r = holding ? Dispatch(kOpAllocCached, size, device, stream) : Dispatch(kOpAlloc, size, device, stream);
+  if (r == kStatusNotCached) {
+    {
+      std::lock_guard<std::mutex> lock(g_freeMutex);
+      GiveBackHeldLocked();
+    }
+    r = Dispatch(kOpAlloc, size, device, stream);
+  }
+  if (r >= 0) {
+    std::lock_guard<std::mutex> lock(g_freeMutex);
+    g_live[Key(r)] = {size, stream, false, false};
+  }
+  return r;
+}
+
+}  // namespace
+
+extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
+  if (!g_started) {
+    t_lastError = "gmlake allocator: not started";
+    return kStatusNotStarted;
+  }
+  bool frontCache = g_frontCacheEntries.load(std::memory_order_relaxed) != 0;
+  if (op == kOpFree && g_freeQueueOn) {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(g_freeMutex);
+        // room for one more entry (this free, or the held block it pushes out)
+        if (g_freeQueue.size() < 3 * static_cast<size_t>(kFreeQueueSlots)) {
+          if (frontCache) {
+            HoldOrQueueLocked(a, b, c);
+          } else {
+            QueueLocked(a, b, c);
+          }
+          return 0;
+        }
+      }
+      // full: hand the queue over now, as any call would, then queue this free
+      double r = Dispatch(kOpFlush, 0, 0, 0);
+      if (r < 0) return r;
+    }
+  }
+  if (frontCache) {
+    if (op == kOpAlloc) return AllocFrontCached(a, b, c);
+    std::lock_guard<std::mutex> lock(g_freeMutex);
+    if (op == kOpEmptyCache) GiveBackHeldLocked();
+    if (op == kOpRecordStream) {
+      auto it = g_live.find(Key(a));
+      if (it != g_live.end()) it->second.recorded = true;
+    }
+  }
+  return Dispatch(op, a, b, c);
+}
+
 /**
  * GMLAKE_TIME_CALLS=1: out[0..2] ns taking the isolate, preparing, in JS; out[3] calls; 1.
  * =total: 2 (the library times the whole calls only; out untouched). 0 when off.
@@ -566,6 +712,16 @@ extern "C" char* gmlake_embed_text(int op, const char* arg) {
   if (op == kTextLastError) return strdup(t_lastError.c_str());
   if (!g_started) return strdup("gmlake allocator: not started");
   std::string a = arg != nullptr ? arg : "";
+  if (op != kTextFreeErrors && g_frontCacheEntries.load(std::memory_order_relaxed) != 0) {
+    // statistics count, snapshots show and close frees what the engine has: the held blocks too
+    std::lock_guard<std::mutex> lock(g_freeMutex);
+    GiveBackHeldLocked();
+    // after close the engine hands nothing out: nothing is held again
+    if (op == kTextClose) {
+      g_frontCacheEntries.store(0);
+      g_live.clear();
+    }
+  }
   if (g_threading == kThreadingThread) {
     std::lock_guard<std::mutex> lock(g_box.submit);
     g_box.isText = true;

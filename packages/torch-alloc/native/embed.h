@@ -17,19 +17,34 @@ enum GmlakeOp {
   kOpPing = 5,          // (a) -> a: the bare round trip, for the threading benchmark
   kOpFlush = 6,         // () -> 0: only hands the queued frees over (the queue is full)
   kOpBenchPairs = 7,    // (pairs, 0, stream) -> ns per alloc+free pair timed inside JS (threading_bench's js_pair)
+  kOpAllocCached = 8,   // (size, device, stream) -> address from memory the policy holds, or kStatusNotCached
 };
 
 // Frees need no answer, so gmlake_embed_call(kOpFree) only queues them (no isolate, a
 // mutex); the next call of any kind hands the queue to JS first, through a Float64Array
 // over this many slots: [0] frees queued, [1] of them failed (JS sets it), then
-// (address, size, stream) each. The engine sees every free before the call that follows it.
+// (address, size, stream) each. The engine sees every free before the call that follows it
+// (unless the front cache below holds it).
 constexpr int kFreeQueueSlots = 256;
+
+// The front cache (frontCacheEntries, off by default): the last N frees are held here, not
+// queued, and an alloc of the same size on the same stream takes one back with no call into
+// JS. Before the engine would grow (kOpAllocCached answers kStatusNotCached), before
+// empty_cache and before any text operation, every held block goes to the queue.
+constexpr int kFrontCacheMaxEntries = 256;
+// The queue's slots: [0] frees queued, [1] of them failed, [2] front-cache hits so far,
+// [3] their bytes, [4] frees it passed to the engine (used on other streams, another size or
+// stream than at the alloc, an address not handed out), then (address, size, stream) for the
+// queue plus a whole cache.
+constexpr int kFreeQueueHeader = 5;
+constexpr int kFreeQueueLength = kFreeQueueHeader + 3 * (kFreeQueueSlots + kFrontCacheMaxEntries);
 
 // Statuses below 0 returned by the operations.
 enum GmlakeStatus {
   kStatusOom = -1,        // out of memory after the caches were freed and the request retried
   kStatusError = -2,      // a JS error; gmlake_embed_text(kTextLastError) says which
   kStatusNotStarted = -3, // gmlake_embed_start() did not succeed
+  kStatusNotCached = -5,  // kOpAllocCached: the policy would have to grow
 };
 
 // Text operations: the result is malloc'ed (free it with free()).

@@ -15,7 +15,25 @@ import { getPolicy, registerPolicy, type Policy } from "@gmlake/stitch";
 
 import { LiveAllocator, type LiveConfig } from "./live-allocator.js";
 import { PairPattern } from "./pair-pattern.js";
-import { OP_ALLOC, OP_FREE, OP_RECORD_STREAM, OP_EMPTY_CACHE, OP_PING, OP_FLUSH, OP_BENCH_PAIRS, STATUS_ERROR, TEXT_STATS, TEXT_SNAPSHOT, TEXT_LAST_ERROR, TEXT_CLOSE, TEXT_FREE_ERRORS, FREE_QUEUE_SLOTS } from "./ops.js";
+import {
+  OP_ALLOC,
+  OP_ALLOC_CACHED,
+  OP_FREE,
+  OP_RECORD_STREAM,
+  OP_EMPTY_CACHE,
+  OP_PING,
+  OP_FLUSH,
+  OP_BENCH_PAIRS,
+  STATUS_ERROR,
+  STATUS_NOT_CACHED,
+  TEXT_STATS,
+  TEXT_SNAPSHOT,
+  TEXT_LAST_ERROR,
+  TEXT_CLOSE,
+  TEXT_FREE_ERRORS,
+  FREE_QUEUE_HEADER,
+  FREE_QUEUE_LENGTH,
+} from "./ops.js";
 
 export * from "./ops.js";
 
@@ -29,7 +47,8 @@ export interface Bridge {
   text(op: number, arg: string): string;
   /**
    * The native side's free queue (embed.h): [0] frees queued, [1] of them failed (set
-   * here), then (address, size, stream) each; read at the start of every call and text.
+   * here), [2] to [4] the front cache's hits, their bytes and the frees it passed on, then
+   * (address, size, stream) each; read at the start of every call and text.
    */
   attachFreeQueue(slots: Float64Array): void;
   /**
@@ -39,6 +58,10 @@ export interface Bridge {
    */
   attachCallSlots(slots: Float64Array): () => void;
   readonly live: LiveAllocator;
+  /** The native front cache's size in blocks (LiveConfig.frontCacheEntries; 0: off), read by embed.cc at start. */
+  readonly frontCacheEntries: number;
+  /** The device the allocator serves (the front cache serves only it). */
+  readonly device: number;
 }
 
 function isPolicy(p: unknown): p is Policy {
@@ -89,7 +112,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
   const takeFrees = (q: Float64Array): void => {
     const n = q[0]!;
     q[0] = 0;
-    for (let i = 0, at = 2; i < n; i++, at += 3) {
+    for (let i = 0, at = FREE_QUEUE_HEADER; i < n; i++, at += 3) {
       try {
         live.free(q[at]!);
       } catch (e) {
@@ -100,11 +123,14 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
   };
   const bridge: Bridge = {
     live,
+    frontCacheEntries: live.frontCacheEntries,
+    device,
     attachFreeQueue(slots) {
-      if (!(slots instanceof Float64Array) || slots.length !== 2 + 3 * FREE_QUEUE_SLOTS) {
-        throw new TypeError(`attachFreeQueue: expected a Float64Array of ${2 + 3 * FREE_QUEUE_SLOTS} slots`);
+      if (!(slots instanceof Float64Array) || slots.length !== FREE_QUEUE_LENGTH) {
+        throw new TypeError(`attachFreeQueue: expected a Float64Array of ${FREE_QUEUE_LENGTH} slots`);
       }
       queue = slots;
+      live.frontCacheCounts = slots;
     },
     attachCallSlots(slots) {
       if (!(slots instanceof Float64Array) || slots.length !== 4) throw new TypeError("attachCallSlots: expected a Float64Array of 4 slots");
@@ -120,6 +146,11 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
           case OP_ALLOC:
             if (b !== device) return fail(new Error(`an allocation on device ${b}: this allocator serves device ${device}`));
             return live.alloc(a, c);
+          case OP_ALLOC_CACHED: {
+            if (b !== device) return fail(new Error(`an allocation on device ${b}: this allocator serves device ${device}`));
+            const p = live.allocCached(a, c);
+            return p === null ? STATUS_NOT_CACHED : p;
+          }
           case OP_FREE:
             live.free(a);
             return 0;

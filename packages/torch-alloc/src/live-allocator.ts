@@ -24,6 +24,7 @@ import { createDriver, HostDriver, SimDriver, withCapacity, type VmmDriver } fro
 import { AddressTable } from "./address-table.js";
 import { BoundedHistory } from "./bounded-history.js";
 import { coerceKnobs } from "./knobs.js";
+import { FRONT_CACHE_MAX_ENTRIES } from "./ops.js";
 
 export type LiveDriverName = "cuda" | "host" | "sim";
 
@@ -46,6 +47,13 @@ export interface LiveConfig {
   readonly checkInvariants?: boolean | number;
   /** An adaptor put over the driver (a DriverAdaptor: fault injection, call logs, events that lag in tests). */
   readonly adaptDriver?: (driver: VmmDriver) => VmmDriver;
+  /**
+   * The native front cache (README "Front cache"): the last this many freed blocks are held
+   * in the library and handed straight back to an allocation of the same size on the same
+   * stream, with no call into JS. 0 (default): off. Up to FRONT_CACHE_MAX_ENTRIES; needs a
+   * policy with mallocCached (vms) and record off.
+   */
+  readonly frontCacheEntries?: number;
 }
 
 const MiB = 1024 * 1024;
@@ -95,6 +103,31 @@ export class LiveAllocator {
     }
     this.recording = this.allocator.recorder !== null;
     this.history = this.allocator.recorder === null ? null : new BoundedHistory(this.allocator.recorder, maxEntries);
+    try {
+      this.frontCacheEntries = this.checkFrontCache(config.frontCacheEntries ?? 0);
+    } catch (e) {
+      this.allocator.close();
+      this.base.close();
+      throw e;
+    }
+  }
+
+  /** The native front cache's size in blocks (0: off). */
+  readonly frontCacheEntries: number;
+  /** The native free queue's header once attached ([2] front-cache hits, [3] their bytes, [4] frees passed on): read by stats(). */
+  frontCacheCounts: Float64Array | null = null;
+
+  private checkFrontCache(n: number): number {
+    if (!Number.isInteger(n) || n < 0 || n > FRONT_CACHE_MAX_ENTRIES) {
+      throw new Error(`frontCacheEntries takes a whole number from 0 to ${FRONT_CACHE_MAX_ENTRIES}, not ${String(n)}`);
+    }
+    if (n === 0) return 0;
+    // The blocks it holds stay allocated in the engine's books: the policy must be able to say
+    // when it would grow (mallocCached), so that it gets them back first.
+    if (!this.allocator.servesCached) throw new Error(`frontCacheEntries needs a policy with mallocCached; ${this.policy.name} has none (vms has)`);
+    // A snapshot replays every call: the cache's hits never reach the engine.
+    if (this.recording) throw new Error("frontCacheEntries needs record off: the front cache's hits never reach the engine's history");
+    return n;
   }
 
   /** The recorded history's bound (null without recording). */
@@ -126,6 +159,18 @@ export class LiveAllocator {
         return -1;
       }
     }
+    this.live.set(b.addr, b);
+    return b.addr;
+  }
+
+  /**
+   * An allocation from memory the policy holds (no driver call on memory): its address, or
+   * null when the policy would have to grow (the front cache then gives its blocks back).
+   */
+  allocCached(size: number, stream: number): number | null {
+    const b = this.allocator.tryMallocCached(size, stream);
+    if (b === null) return null;
+    this.counts.allocs++;
     this.live.set(b.addr, b);
     return b.addr;
   }
@@ -191,6 +236,12 @@ export class LiveAllocator {
       num_deferred_frees: this.allocator.stats.numDeferredFrees,
       num_cross_stream_reuses: this.allocator.stats.numCrossStreamReuses,
       cross_stream_reuse: this.allocator.crossStreamReuse,
+      // the native front cache: its size, and the allocations it served without the engine
+      front_cache_entries: this.frontCacheEntries,
+      num_front_cache_hits: this.frontCacheCounts?.[2] ?? 0,
+      front_cache_hit_bytes: this.frontCacheCounts?.[3] ?? 0,
+      // frees it gave the engine at once: used on other streams (record_stream), another size or stream than at the alloc, an address not handed out
+      num_front_cache_passes: this.frontCacheCounts?.[4] ?? 0,
       calls: { ...this.counts },
       driver_calls: d.calls,
       driver_time_us: d.timeUs,

@@ -10,12 +10,25 @@ export const OP_PING = 5;
 export const OP_FLUSH = 6;
 /** (pairs, unused, stream) -> ns per alloc+free pair of bench/live-pair.mjs's loop, run here (threading_bench's js_pair). */
 export const OP_BENCH_PAIRS = 7;
+/** (size, device, stream) -> an address served from memory the policy holds (no driver call on memory), or STATUS_NOT_CACHED. */
+export const OP_ALLOC_CACHED = 8;
 export const STATUS_OOM = -1;
 export const STATUS_ERROR = -2;
+/** OP_ALLOC_CACHED: the policy cannot serve it without growing; the front cache gives its blocks back and asks OP_ALLOC. */
+export const STATUS_NOT_CACHED = -5;
 export const TEXT_STATS = 1;
 export const TEXT_SNAPSHOT = 2;
 export const TEXT_LAST_ERROR = 3;
 export const TEXT_CLOSE = 4;
 export const TEXT_FREE_ERRORS = 5;
-/** Slots of the free queue (native/embed.h kFreeQueueSlots). */
+/** Frees the free queue holds before a call must hand them over (native/embed.h kFreeQueueSlots). */
 export const FREE_QUEUE_SLOTS = 256;
+/** The front cache's largest size in blocks (embed.h kFrontCacheMaxEntries; frontCacheEntries). */
+export const FRONT_CACHE_MAX_ENTRIES = 256;
+/**
+ * The free queue's header: [0] frees queued, [1] of them failed, [2] front-cache hits so far,
+ * [3] their bytes, [4] frees the front cache passed to the engine instead of holding them.
+ */
+export const FREE_QUEUE_HEADER = 5;
+/** The free queue's Float64Array: the header, then (address, size, stream) for the queue and a whole front cache given back. */
+export const FREE_QUEUE_LENGTH = FREE_QUEUE_HEADER + 3 * (FREE_QUEUE_SLOTS + FRONT_CACHE_MAX_ENTRIES);

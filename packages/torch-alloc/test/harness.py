@@ -27,6 +27,15 @@ crash is then a failed case, not a lost run):
                                GMLAKE_TIME_CALLS=1: every call counted and timed, the
                                embedding's parts inside the whole (Locker; one JS thread)
   call-times:total             GMLAKE_TIME_CALLS=total: the whole calls only, no parts
+  stress:vms-front-cache:<threading>
+                               the stress above with the front cache on (64 blocks) and the
+                               sizes of a training step (a few dozen, again and again): hits
+                               counted, every block still checked, nothing held at close
+  front-cache-hostile          with the front cache on, a second free of a held block is
+                               dropped and said, a free of an address never handed out or with
+                               another size is the engine's (said, never handed out again)
+  front-cache-bad-policy, front-cache-record, front-cache-too-big, front-cache-env
+                               the front cache refused at start with a clear error
 
 usage: python3 test/harness.py [CASE...]       (no CASE: all of them)
 """
@@ -94,7 +103,13 @@ def verify(addr, size, block_id):
     return -1
 
 
-def random_size(rng):
+# A training step's sizes: a few dozen, again and again (the front cache's hits need them).
+STEP_SIZES = tuple(r.choice((512, 4096, 65536, MiB, 3 * MiB, 12 * MiB)) * r.randint(1, 9) for r in [random.Random(7)] for _ in range(40))
+
+
+def random_size(rng, sizes="random"):
+    if sizes == "step":
+        return rng.choice(STEP_SIZES)
     r = rng.random()
     if r < 0.6:
         return rng.randint(1, 64 * 1024)
@@ -131,17 +146,18 @@ class Live:
             del self.ends[addr]
 
 
-def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None):
+def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None, front_cache_entries=0, sizes="random"):
     before = signal_handlers()
     t0 = time.perf_counter()
-    native = gmlake_torch.start(policy, driver="host", threading=threading_design, check_invariants=512, **(knobs or {}))
+    native = gmlake_torch.start(policy, driver="host", threading=threading_design, check_invariants=512,
+                                front_cache_entries=front_cache_entries, **(knobs or {}))
     start_ms = (time.perf_counter() - t0) * 1000
     after = signal_handlers()
     if after != before:
         return f"Node changed signal handlers: before {before}, after {after}"
     live = Live()
     errors = []
-    counts = {"allocs": 0, "frees": 0, "record_streams": 0, "empty_caches": 0, "bytes_checked": 0}
+    counts = {"allocs": 0, "frees": 0, "record_streams": 0, "recorded_frees": 0, "empty_caches": 0, "bytes_checked": 0}
     counts_lock = threading.Lock()
     next_id = [1]
 
@@ -150,12 +166,13 @@ def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None)
         stream = STREAMS[tid % 2]
         other = STREAMS[(tid + 1) % 2]
         mine = []  # (addr, size, id)
-        local = {"allocs": 0, "frees": 0, "record_streams": 0, "empty_caches": 0, "bytes_checked": 0}
+        recorded = set()  # addresses of mine given to record_stream
+        local = {"allocs": 0, "frees": 0, "record_streams": 0, "recorded_frees": 0, "empty_caches": 0, "bytes_checked": 0}
         try:
             for _ in range(ops_per_thread):
                 r = rng.random()
                 if r < 0.52 or not mine:
-                    size = random_size(rng)
+                    size = random_size(rng, sizes)
                     st, addr = native.try_alloc(size, stream)
                     if st != 0:
                         errors.append(f"thread {tid}: alloc({size}) failed ({st}): {native.error()}")
@@ -173,6 +190,7 @@ def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None)
                     if rng.random() < 0.05:
                         native.record_stream(addr, other)  # used on the other stream too
                         local["record_streams"] += 1
+                        recorded.add(addr)
                 else:
                     addr, size, bid = mine.pop(rng.randrange(len(mine)))
                     off = verify(addr, size, bid)
@@ -181,6 +199,9 @@ def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None)
                         return
                     local["bytes_checked"] += sum(n for _, n in regions(size))
                     live.remove(addr)
+                    if addr in recorded:
+                        recorded.discard(addr)
+                        local["recorded_frees"] += 1
                     native.free(addr, size, stream)
                     local["frees"] += 1
                     if tid == 0 and rng.random() < 0.01:
@@ -192,6 +213,9 @@ def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None)
                     errors.append(f"thread {tid}: block {bid} corrupted at offset {off} (at the end)")
                     return
                 live.remove(addr)
+                if addr in recorded:
+                    recorded.discard(addr)
+                    local["recorded_frees"] += 1
                 native.free(addr, size, stream)
                 local["frees"] += 1
         except Exception as e:  # noqa: BLE001 (reported as the case's failure)
@@ -213,6 +237,14 @@ def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None)
     stats = gmlake_torch.stats()
     if "call_time_us" in stats:
         return "stats() says call_time_us without GMLAKE_TIME_CALLS"
+    hits = stats["num_front_cache_hits"]
+    if front_cache_entries and not (hits > counts["allocs"] // 10 and stats["calls"]["allocs"] + hits == counts["allocs"]):
+        return f"front cache: {hits} hits and {stats['calls']['allocs']} engine allocs for {counts['allocs']} allocs"
+    # a block used on the other stream is never held: its free waits for that stream's events in the engine
+    if front_cache_entries and stats["num_front_cache_passes"] != counts["recorded_frees"]:
+        return f"front cache: {stats['num_front_cache_passes']} frees passed to the engine, {counts['recorded_frees']} of record_stream'd blocks"
+    if not front_cache_entries and hits != 0:
+        return f"{hits} front-cache hits with the cache off"
     if stats["live_blocks"] != 0 or stats["allocated_bytes.all.current"] != 0:
         return f"blocks still live after every free: {stats['live_blocks']} ({stats['allocated_bytes.all.current']} bytes)"
     closed = gmlake_torch.close()
@@ -220,9 +252,9 @@ def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None)
     if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
         return f"leaked at close: {closed}"
     ops = counts["allocs"] + counts["frees"]
-    label = f"stress:{policy}:{threading_design}" + (f" {knobs}" if knobs else "")
+    label = f"stress:{policy}:{threading_design}" + (f" {knobs}" if knobs else "") + (f" front_cache_entries={front_cache_entries}" if front_cache_entries else "")
     print(json.dumps({"case": label, "start_ms": round(start_ms, 1), "threads": threads,
-                      **counts, "ops_per_s": round(ops / wall), "peak_reserved": stats["reserved_bytes.all.peak"],
+                      **counts, "front_cache_hits": hits, "ops_per_s": round(ops / wall), "peak_reserved": stats["reserved_bytes.all.peak"],
                       "syncs": stats["num_sync_all_streams"], "deferred_frees": stats["num_deferred_frees"],
                       "cross_stream_reuses": stats["num_cross_stream_reuses"]}))
     return None
@@ -308,6 +340,20 @@ def call_times_total():
     return None
 
 
+def with_stderr(fn):
+    """fn()'s result and what the process wrote to fd 2 meanwhile (the library's own lines)."""
+    with tempfile.TemporaryFile() as err:
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            result = fn()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        return result, err.read().decode(errors="replace")
+
+
 def bad_free():
     """A free of an address that is not live (PyTorch's free cannot fail): said on stderr,
     also when it was queued for the next call, and the allocator goes on working."""
@@ -315,18 +361,13 @@ def bad_free():
     st, a = native.try_alloc(MiB)
     if st != 0:
         return f"alloc failed: {native.error()}"
-    with tempfile.TemporaryFile() as err:
-        saved = os.dup(2)
-        os.dup2(err.fileno(), 2)
-        try:
-            native.free(a, MiB)
-            native.free(a, MiB)  # again: not live any more
-            st, b = native.try_alloc(MiB)  # the call that takes the queued frees
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        err.seek(0)
-        said = err.read().decode(errors="replace")
+
+    def frees():
+        native.free(a, MiB)
+        native.free(a, MiB)  # again: not live any more
+        return native.try_alloc(MiB)  # the call that takes the queued frees
+
+    (st, b), said = with_stderr(frees)
     if st != 0:
         return f"alloc after the bad free failed: {native.error()}"
     if f"free(0x{a:x}, {MiB}) failed" not in said or "did not hand out" not in said:
@@ -338,6 +379,50 @@ def bad_free():
     if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
         return f"leaked {leaks}"
     print(json.dumps({"case": "bad-free", "stderr": said.strip()}))
+    return None
+
+
+def front_cache_hostile():
+    """With the front cache on: a second free of a block it holds is dropped (handing it out
+    twice would give two tensors one block) and said; a free of an address the engine never
+    handed out, or with a size other than its alloc's, goes to the engine, which says so, and
+    such an address is never handed out again."""
+    native = gmlake_torch.start("vms", driver="host", front_cache_entries=8)
+    st, a = native.try_alloc(MiB)
+    st2, b = native.try_alloc(MiB)
+    if st or st2:
+        return f"alloc failed: {native.error()}"
+    bogus = b + 64 * MiB
+
+    def frees():
+        native.free(a, MiB)
+        native.free(a, MiB)  # again, while the cache holds it
+        native.free(bogus, MiB)  # never handed out
+        native.free(b, 2 * MiB)  # another size than its alloc's: the engine's, not held
+        return [native.try_alloc(MiB) for _ in range(3)]
+
+    got, said = with_stderr(frees)
+    if any(s for s, _ in got):
+        return f"alloc after the bad frees failed: {native.error()}"
+    addrs = [p for _, p in got]
+    if addrs[0] != a:
+        return f"the held block 0x{a:x} was not handed back to the next 1 MiB alloc (got 0x{addrs[0]:x})"
+    if len(set(addrs)) != 3 or bogus in addrs:
+        return f"handed out {[hex(p) for p in addrs]}: a block twice, or the address never handed out (0x{bogus:x})"
+    if "freed already (the front cache holds it); ignored" not in said:
+        return f"the second free was not said: {said!r}"
+    if f"free(0x{bogus:x}, {MiB}) failed" not in said:
+        return f"the free of an address never handed out was not said: {said!r}"
+    for p in addrs:
+        native.free(p, MiB)
+    s = gmlake_torch.stats()
+    if s["num_front_cache_hits"] != 1 or s["num_front_cache_passes"] != 2 or s["live_blocks"] != 0 or s["front_cache_entries"] != 8:
+        return (f"hits {s['num_front_cache_hits']} (expected 1), frees passed on {s['num_front_cache_passes']} (expected 2: the "
+                f"address never handed out, the other size), live blocks {s['live_blocks']} (expected 0), entries {s['front_cache_entries']}")
+    leaks = gmlake_torch.close()["leaks"]
+    if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
+        return f"leaked {leaks}"
+    print(json.dumps({"case": "front-cache-hostile", "stderr": said.strip().splitlines()}))
     return None
 
 
@@ -491,14 +576,26 @@ CASES = {
     "node-flags-not-flags": lambda: expect_start_error("GMLAKE_NODE_FLAGS takes flags only (each beginning with --), not 'prof'", policy="vms", driver="host"),
     "node-flags-unknown": lambda: expect_start_error("bad option: --no-such-flag", policy="vms", driver="host"),
     "node-flags": node_flags,
+    "front-cache-hostile": front_cache_hostile,
+    "front-cache-bad-policy": lambda: expect_start_error("frontCacheEntries needs a policy with mallocCached; caching has none (vms has)",
+                                                        policy="caching", driver="host", front_cache_entries=16),
+    "front-cache-record": lambda: expect_start_error("frontCacheEntries needs record off", policy="vms", driver="host", record=True,
+                                                    front_cache_entries=16),
+    "front-cache-env": lambda: expect_start_error("GMLAKE_FRONT_CACHE_ENTRIES: expected a whole number, got 'lots'", policy="vms",
+                                                 driver="host"),
+    "front-cache-too-big": lambda: expect_start_error("frontCacheEntries takes a whole number from 0 to 256, not 300", policy="vms",
+                                                     driver="host", front_cache_entries=300),
 }
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
 CASES["stress:vms-one-stream-reuse:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "false"})
+for _t in ("locker", "thread"):
+    CASES[f"stress:vms-front-cache:{_t}"] = (lambda t: (lambda: stress("vms", t, front_cache_entries=64, sizes="step")))(_t)
 ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times": {"GMLAKE_TIME_CALLS": "1"},
        # one JS thread: "enter" is the hand-off (the post to the JS thread's pick-up)
        "call-times:thread": {"GMLAKE_TIME_CALLS": "1", "GMLAKE_THREADING": "thread"},
        "call-times:total": {"GMLAKE_TIME_CALLS": "total"},
+       "front-cache-env": {"GMLAKE_FRONT_CACHE_ENTRIES": "lots"},
        "node-flags-not-flags": {"GMLAKE_NODE_FLAGS": "--max-semi-space-size=1 prof"},
        "node-flags-unknown": {"GMLAKE_NODE_FLAGS": "--no-such-flag"},
        "node-flags": {"GMLAKE_NODE_FLAGS": " --trace-gc\t--max-semi-space-size=1 --min-semi-space-size=1 "}}
@@ -526,7 +623,8 @@ def main(argv):
         return 2
     failed = []
     for name in names:
-        env = {k: v for k, v in os.environ.items() if k not in ("GMLAKE_TIME_CALLS", "GMLAKE_NODE_FLAGS", "GMLAKE_THREADING")}
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("GMLAKE_TIME_CALLS", "GMLAKE_NODE_FLAGS", "GMLAKE_THREADING", "GMLAKE_FRONT_CACHE_ENTRIES")}
         env.update(ENV.get(name, {}))
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, __file__, "--one", name], env=env, capture_output=True, text=True, timeout=600)

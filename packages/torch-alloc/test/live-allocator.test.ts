@@ -7,7 +7,10 @@ import { afterAll, describe, expect, it } from "vitest";
 
 import { LiveAllocator, coerceKnobs, createBridge, parseKnobText } from "../src/index.js";
 import {
-  FREE_QUEUE_SLOTS,
+  FREE_QUEUE_LENGTH,
+  FRONT_CACHE_MAX_ENTRIES,
+  OP_ALLOC_CACHED,
+  STATUS_NOT_CACHED,
   OP_ALLOC,
   OP_BENCH_PAIRS,
   OP_FLUSH,
@@ -268,24 +271,57 @@ describe("the bridge", () => {
 
   it("takes the frees the native side queued before any other call, in order, and reports the bad ones", async () => {
     const b = await createBridge({ policy: "caching", driver: "sim" });
-    const q = new Float64Array(2 + 3 * FREE_QUEUE_SLOTS);
+    const q = new Float64Array(FREE_QUEUE_LENGTH);
     b.attachFreeQueue(q);
     expect(() => b.attachFreeQueue(new Float64Array(3))).toThrow(/Float64Array of/);
     const p = b.call(OP_ALLOC, 2 * MiB, 0, 0);
     const r = b.call(OP_ALLOC, 2 * MiB, 0, 0);
     // queued: p, then p again (a double free), then r
-    q.set([3, 0, p, 2 * MiB, 0, p, 2 * MiB, 0, r, 2 * MiB, 0]);
+    q.set([3, 0, 0, 0, 0, p, 2 * MiB, 0, p, 2 * MiB, 0, r, 2 * MiB, 0]);
     expect(b.live.stats().live_blocks).toBe(2); // not taken yet
     expect(b.call(OP_ALLOC, 2 * MiB, 0, 0)).toBe(p); // taken first: p is free again, and reused
     expect(q[0]).toBe(0);
     expect(q[1]).toBe(1); // one failed
     expect(b.text(TEXT_FREE_ERRORS, "")).toMatch(/^gmlake: free\(0x[0-9a-f]+, 2097152\) failed: free of 0x[0-9a-f]+, which the allocator did not hand out/);
     expect(q[1]).toBe(0);
-    q.set([1, 0, p, 2 * MiB, 0]);
+    q.set([1, 0, 0, 0, 0, p, 2 * MiB, 0]);
     expect(b.call(OP_FLUSH, 0, 0, 0)).toBe(0);
     expect(JSON.parse(b.text(TEXT_STATS, "")).live_blocks).toBe(0);
     q.set([0, 0]);
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
+  });
+
+  it("serves OP_ALLOC_CACHED from what the policy holds, else STATUS_NOT_CACHED with nothing changed", async () => {
+    const b = await createBridge({ policy: "vms", driver: "sim", frontCacheEntries: 32 });
+    expect(b.frontCacheEntries).toBe(32);
+    expect(b.device).toBe(0);
+    const q = new Float64Array(FREE_QUEUE_LENGTH);
+    b.attachFreeQueue(q);
+    const p = b.call(OP_ALLOC, 8 * MiB, 0, 0);
+    const calls = b.live.driver.stats().totalCalls;
+    expect(b.call(OP_ALLOC_CACHED, 8 * MiB, 0, 0)).toBe(STATUS_NOT_CACHED); // would grow
+    expect(b.live.driver.stats().totalCalls).toBe(calls);
+    expect(b.call(OP_ALLOC_CACHED, 8 * MiB, 1, 0)).toBe(STATUS_ERROR); // another device
+    q.set([1, 0, 0, 0, 0, p, 8 * MiB, 0]); // p freed (queued), the engine takes it first
+    expect(b.call(OP_ALLOC_CACHED, 4 * MiB, 0, 0)).toBe(p);
+    expect(b.live.driver.stats().totalCalls).toBe(calls);
+    q[2] = 5; // the native side's hit count
+    q[3] = 5 * MiB;
+    q[4] = 2;
+    const st = JSON.parse(b.text(TEXT_STATS, "")) as Record<string, number>;
+    expect([st.front_cache_entries, st.num_front_cache_hits, st.front_cache_hit_bytes, st.num_front_cache_passes, st.live_blocks]).toEqual([32, 5, 5 * MiB, 2, 1]);
+    expect(JSON.parse(b.text(TEXT_CLOSE, "")).liveBlocksFreed).toBe(1);
+  });
+
+  it("refuses a front cache it cannot keep safe, with the reason", async () => {
+    await expect(createBridge({ policy: "caching", driver: "sim", frontCacheEntries: 8 })).rejects.toThrow(/needs a policy with mallocCached; caching has none/);
+    await expect(createBridge({ policy: "vms", driver: "sim", record: true, frontCacheEntries: 8 })).rejects.toThrow(/needs record off/);
+    for (const n of [-1, 1.5, FRONT_CACHE_MAX_ENTRIES + 1]) {
+      await expect(createBridge({ policy: "vms", driver: "sim", frontCacheEntries: n })).rejects.toThrow(/frontCacheEntries takes a whole number from 0 to 256/);
+    }
+    const off = await createBridge({ policy: "caching", driver: "sim" });
+    expect(off.frontCacheEntries).toBe(0);
+    off.text(TEXT_CLOSE, "");
   });
 
   it("answers through the shared call slots as through call()", async () => {
