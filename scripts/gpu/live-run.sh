@@ -29,14 +29,15 @@
 #   layout     live_checks.py layout for each of LAYOUT_ALLOCATORS (default pytorch
 #              pytorch-expandable caching expandable vms vms,maxHandleBytes=2097152): copy, add
 #              and matmul speed on the memory as each lays it out (~10 s each)
-#   memcheck   compute-sanitizer --tool memcheck over live_checks.py smoke with ours:vms
+#   memcheck   compute-sanitizer --tool memcheck over live_checks.py smoke with each of
+#              MEMCHECK_POLICIES (default vms; POLICY[,k=v...])
 # Knobs: WORKLOADS (default gpt2_ft), ALLOCATORS (default: pytorch pytorch-expandable
 #   ours:caching ours:expandable ours:gmlake ours:vms ours:vms,crossStream=false; also
 #   plug:pytorch and plug:pytorch-expandable, PyTorch's own behind the pluggable interface
 #   with each call timed, which setup then builds: scripts/gpu/pytorch_plug.py),
 #   ALLOCATORS_<workload> (that workload's own list instead of ALLOCATORS; empty = skip it),
 #   LIVE_STEPS (default 12), SMOKE_POLICIES (the checks step's smoke runs, default caching expandable
-#   gmlake vms; empty = none), INTEGRITY_POLICIES (default: pytorch caching expandable gmlake
+#   gmlake vms; empty = none), CHECK_KNOBS (the oom and capture checks' knobs, k=v,...), INTEGRITY_POLICIES (default: pytorch caching expandable gmlake
 #   vms,crossStream=true vms,crossStream=false; POLICY[,k=v...]), INTEGRITY_SECONDS (default
 #   20), TIMING_WORKLOADS (default llama1b_fsdp gpt2_ft llama1b_lora), TIMING_ALLOCATORS
 #   (default pytorch-expandable pytorch ours:vms ours:caching), TIMING_REPS (default 2),
@@ -72,6 +73,8 @@ live_steps=${LIVE_STEPS:-12}
 integrity_policies=${INTEGRITY_POLICIES:-pytorch caching expandable gmlake vms,crossStream=true vms,crossStream=false}
 integrity_seconds=${INTEGRITY_SECONDS:-20}
 smoke_policies=${SMOKE_POLICIES-caching expandable gmlake vms}
+check_knobs=${CHECK_KNOBS:-}
+memcheck_policies=${MEMCHECK_POLICIES:-vms}
 layout_allocators=${LAYOUT_ALLOCATORS:-pytorch pytorch-expandable caching expandable vms vms,maxHandleBytes=2097152}
 timing_workloads=${TIMING_WORKLOADS:-llama1b_fsdp gpt2_ft llama1b_lora}
 timing_allocators=${TIMING_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:caching}
@@ -213,8 +216,8 @@ step_checks() {
   for p in $smoke_policies; do
     run "smoke-$p" 60 "$python" scripts/gpu/live_checks.py smoke --policy "$p"
   done
-  run oom 60 "$python" scripts/gpu/live_checks.py oom --policy vms
-  run capture 60 "$python" scripts/gpu/live_checks.py capture --policy vms
+  run oom 60 "$python" scripts/gpu/live_checks.py oom --policy vms --knobs "$check_knobs"
+  run capture 60 "$python" scripts/gpu/live_checks.py capture --policy vms --knobs "$check_knobs"
   for spec in $integrity_policies; do
     p=${spec%%,*}
     k=
@@ -340,12 +343,19 @@ step_profile() {
 }
 
 step_memcheck() {
-  if command -v compute-sanitizer >/dev/null; then
-    run memcheck-vms "${T_memcheck:-${limit[memcheck]}}" compute-sanitizer --tool memcheck --leak-check no \
-      --error-exitcode 9 "$python" scripts/gpu/live_checks.py smoke --policy vms --steps 4
-  else
-    echo "{\"tag\":\"memcheck-vms\",\"skipped\":\"no compute-sanitizer\"}" >>"$work/results.jsonl"
-  fi
+  local spec p k tag
+  for spec in $memcheck_policies; do
+    p=${spec%%,*}
+    k=
+    [[ $spec == *,* ]] && k=${spec#*,}
+    tag="memcheck-${spec//[:,=]/_}"
+    if command -v compute-sanitizer >/dev/null; then
+      run "$tag" "${T_memcheck:-${limit[memcheck]}}" compute-sanitizer --tool memcheck --leak-check no \
+        --error-exitcode 9 "$python" scripts/gpu/live_checks.py smoke --policy "$p" --knobs "$k" --steps 4
+    else
+      echo "{\"tag\":\"$tag\",\"skipped\":\"no compute-sanitizer\"}" >>"$work/results.jsonl"
+    fi
+  done
 }
 
 # setup first; the others in the order STEPS names them (what must not be cut short goes first)

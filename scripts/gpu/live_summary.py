@@ -1,7 +1,7 @@
 """live-run.sh's tables (markdown) from its results.jsonl and logs.
 
 usage: python3 live_summary.py SOURCE... [--warmup N]
-  SOURCE    a live-run work folder (its results.jsonl, memcheck-vms.log) or a results .jsonl
+  SOURCE    a live-run work folder (its results.jsonl, memcheck-*.log) or a results .jsonl
             (several: one call's A and B outputs together, e.g. gpu-out-a/live-results.jsonl)
   --warmup  steps before this index are warm-up and left out of step times and the steady
             state's engine counts (default 3)
@@ -11,6 +11,7 @@ timing table; every run, timing ones included, counts for the loss comparison (t
 seeds give step i the same shape and data in every run, so the first steps of a longer run
 compare with a shorter one's).
 """
+import glob
 import json
 import os
 import re
@@ -24,7 +25,7 @@ TOL_FLOOR = 1e-6  # ... or this (a few float32 ulps), where PyTorch repeats itse
 
 
 def load(sources):
-    """The rows of every source, in order; and the memcheck logs found (folder, text)."""
+    """The rows of every source, in order; and the memcheck logs found (folder, spec, text)."""
     rows, memchecks = [], []
     for src in sources:
         path = os.path.join(src, "results.jsonl") if os.path.isdir(src) else src
@@ -36,9 +37,10 @@ def load(sources):
                     continue
                 if isinstance(r, dict):
                     rows.append(r)
-        log = os.path.join(src if os.path.isdir(src) else os.path.dirname(src), "memcheck-vms.log")
-        if os.path.exists(log):
-            memchecks.append((src, open(log, errors="replace").read()))
+        folder = src if os.path.isdir(src) else os.path.dirname(src)
+        for log in sorted(glob.glob(os.path.join(folder, "memcheck-*.log"))):
+            spec = os.path.basename(log)[len("memcheck-"):-len(".log")]
+            memchecks.append((src, spec, open(log, errors="replace").read()))
     return rows, memchecks
 
 
@@ -429,9 +431,9 @@ def main(argv):
     print("\n## memcheck\n")
     if not memchecks:
         print("not run")
-    for src, text in memchecks:
+    for src, spec, text in memchecks:
         m = re.findall(r"ERROR SUMMARY: .*", text)
-        print(f"compute-sanitizer memcheck, live_checks.py smoke with ours:vms ({os.path.basename(os.path.normpath(src))}): "
+        print(f"compute-sanitizer memcheck, live_checks.py smoke with ours:{spec} ({os.path.basename(os.path.normpath(src))}): "
               f"{m[-1] if m else 'no ERROR SUMMARY line (cut short?)'}")
     return 0
 

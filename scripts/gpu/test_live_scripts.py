@@ -221,6 +221,20 @@ class Summary(unittest.TestCase):
         self.assertIn("| plug:pytorch-expandable | 5.2 |", out.stdout)
 
 
+    def test_every_memcheck_log_is_summarized(self):
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "results.jsonl"), "w").close()
+            for spec, errors in (("vms", 0), ("vms_front_cache_entries_64", 2)):
+                with open(os.path.join(d, f"memcheck-{spec}.log"), "w") as f:
+                    f.write(f"========= ERROR SUMMARY: {errors} errors\n")
+            out = subprocess.run([sys.executable, os.path.join(HERE, "live_summary.py"), d], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("smoke with ours:vms (", out.stdout)
+        self.assertIn("ERROR SUMMARY: 0 errors", out.stdout)
+        self.assertIn("smoke with ours:vms_front_cache_entries_64 (", out.stdout)
+        self.assertIn("ERROR SUMMARY: 2 errors", out.stdout)
+
+
 class KernelProfile(unittest.TestCase):
     def test_busy_is_the_union_and_idle_the_rest(self):
         ev = lambda cat, ts, dur, name="k": {"ph": "X", "cat": cat, "ts": ts, "dur": dur, "name": name}  # noqa: E731
@@ -370,6 +384,12 @@ class LiveRun(unittest.TestCase):
                                    TIMING_STEPS="4", TIMING_ENVS="GMLAKE_THREADING=thread;")
         self.assertEqual([(r["tag"], r.get("threading")) for r in rows],
                          [("timing-gpt2_ft-ours_vms-r1", "thread"), ("timing-gpt2_ft-ours_vms-e1-r1", None)])
+
+    def test_memcheck_runs_each_spec_with_its_knobs(self):
+        # no compute-sanitizer here: each spec's row says so, tagged with its knobs
+        _, rows, summary = self.live_run(STEPS="memcheck", MEMCHECK_POLICIES="vms vms,front_cache_entries=64", PATH="/usr/bin:/bin")
+        self.assertEqual([(r["tag"], r.get("skipped")) for r in rows],
+                         [("memcheck-vms", "no compute-sanitizer"), ("memcheck-vms_front_cache_entries_64", "no compute-sanitizer")])
 
     def test_baseline_needs_its_bundle(self):
         with tempfile.TemporaryDirectory() as d:
