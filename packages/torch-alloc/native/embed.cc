@@ -313,9 +313,13 @@ void HandOverFrees() {
   g_freeSlots[4] = g_frontCachePasses;
   size_t n = g_freeQueue.size();
   if (n == 0) return;
-  std::memcpy(g_freeSlots + kFreeQueueHeader, g_freeQueue.data(), n * sizeof(double));
-  g_freeSlots[0] = static_cast<double>(n / 3);
-  g_freeQueue.clear();
+  // The queue holds at most kFreeQueueSlots frees plus one cache given back (a free that finds
+  // it fuller hands it over first). Should it ever hold more, the rest waits for the next call.
+  constexpr size_t kRoom = kFreeQueueLength - kFreeQueueHeader;
+  size_t take = n < kRoom ? n : kRoom;
+  std::memcpy(g_freeSlots + kFreeQueueHeader, g_freeQueue.data(), take * sizeof(double));
+  g_freeSlots[0] = static_cast<double>(take / 3);
+  g_freeQueue.erase(g_freeQueue.begin(), g_freeQueue.begin() + static_cast<std::ptrdiff_t>(take));
 }
 
 // ---- the front cache (under g_freeMutex) ---------------------------------------------------
