@@ -34,6 +34,10 @@ crash is then a failed case, not a lost run):
   front-cache-hostile          with the front cache on, a second free of a held block is
                                dropped and said, a free of an address never handed out or with
                                another size is the engine's (said, never handed out again)
+  front-cache-fuzz              a random mix of good and bad calls with it on (second frees, frees
+                               of addresses never handed out, other sizes, record_stream,
+                               empty_cache, stats): no block handed out twice or from nowhere,
+                               every pattern intact, nothing live or leaked at the end
   front-cache-bad-policy, front-cache-record, front-cache-too-big, front-cache-env
                                the front cache refused at start with a clear error
 
@@ -426,6 +430,93 @@ def front_cache_hostile():
     return None
 
 
+def front_cache_fuzz(ops=20000, seed=11):
+    """The front cache under a random mix of good and bad calls: allocs of a step's sizes on two
+    streams, frees, record_stream, empty_cache and stats, and among them second frees of freed
+    blocks, frees of addresses never handed out and frees with another size. No address is ever
+    handed out while live or if it was never ours, every block keeps its pattern, and at the
+    end nothing is live or leaked."""
+    native = gmlake_torch.start("vms", driver="host", front_cache_entries=16, check_invariants=256)
+    rng = random.Random(seed)
+    live = Live()
+    mine = {}  # addr -> (size, stream, id)
+    freed = []  # addresses freed and not handed out again since
+    bogus = set()
+    shapes = []  # (size, stream) of the last frees
+    counts = {"allocs": 0, "frees": 0, "double_frees": 0, "bogus_frees": 0, "wrong_size_frees": 0, "record_streams": 0}
+
+    def mix():
+        for i in range(ops):
+            r = rng.random()
+            if r < 0.45 or not mine:
+                # a training step asks again for what it just freed (the cache's hits), and for new sizes
+                size, stream = rng.choice(shapes) if shapes and rng.random() < 0.6 else (rng.choice(STEP_SIZES), rng.choice(STREAMS))
+                st, addr = native.try_alloc(size, stream)
+                if st != 0:
+                    return f"op {i}: alloc({size}) failed ({st}): {native.error()}"
+                if addr in bogus:
+                    return f"op {i}: handed out 0x{addr:x}, which was never ours (a bogus free's address)"
+                bad = live.add(addr, size)
+                if bad:
+                    return f"op {i}: {bad}"
+                mine[addr] = (size, stream, i + 1)
+                if addr in freed:
+                    freed.remove(addr)
+                fill(addr, size, i + 1)
+                counts["allocs"] += 1
+            elif r < 0.80:
+                addr = rng.choice(list(mine))
+                size, stream, bid = mine.pop(addr)
+                off = verify(addr, size, bid)
+                if off >= 0:
+                    return f"op {i}: block {bid} at 0x{addr:x}+{size} corrupted at offset {off}"
+                live.remove(addr)
+                wrong = rng.random() < 0.08
+                native.free(addr, size + 4096 if wrong else size, stream)  # another size: the engine's
+                counts["wrong_size_frees" if wrong else "frees"] += 1
+                freed.append(addr)
+                del freed[:-32]
+                shapes.append((size, stream))
+                del shapes[:-8]
+            elif r < 0.86 and freed:
+                addr = rng.choice(freed)  # freed and not live: a second free
+                native.free(addr, MiB, rng.choice(STREAMS))
+                counts["double_frees"] += 1
+            elif r < 0.91:
+                addr = (1 << 46) + rng.randrange(1 << 20) * 4096  # nowhere near the engine's memory
+                bogus.add(addr)
+                native.free(addr, rng.choice(STEP_SIZES), rng.choice(STREAMS))
+                counts["bogus_frees"] += 1
+            elif r < 0.96:
+                native.record_stream(rng.choice(list(mine)), rng.choice(STREAMS))
+                counts["record_streams"] += 1
+            elif r < 0.98:
+                native.empty_cache()
+            else:
+                gmlake_torch.stats()
+        for addr, (size, stream, bid) in list(mine.items()):
+            if verify(addr, size, bid) >= 0:
+                return f"block {bid} corrupted (at the end)"
+            live.remove(addr)
+            native.free(addr, size, stream)
+        return None
+
+    err, said = with_stderr(mix)
+    if err:
+        return err
+    s = gmlake_torch.stats()
+    if s["live_blocks"] != 0 or s["allocated_bytes.all.current"] != 0:
+        return f"after every free: {s['live_blocks']} blocks live ({s['allocated_bytes.all.current']} bytes)"
+    if s["num_front_cache_hits"] < counts["allocs"] // 10:
+        return f"only {s['num_front_cache_hits']} hits in {counts['allocs']} allocs: the mix did not reach the cache"
+    leaks = gmlake_torch.close()["leaks"]
+    if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
+        return f"leaked {leaks}"
+    print(json.dumps({"case": "front-cache-fuzz", **counts, "hits": s["num_front_cache_hits"],
+                      "frees_passed_on": s["num_front_cache_passes"], "stderr_lines": len(said.splitlines())}))
+    return None
+
+
 def expect_start_error(pattern, **kw):
     for attempt in (1, 2):  # a failed start fails again the same way, it never crashes
         try:
@@ -577,6 +668,7 @@ CASES = {
     "node-flags-unknown": lambda: expect_start_error("bad option: --no-such-flag", policy="vms", driver="host"),
     "node-flags": node_flags,
     "front-cache-hostile": front_cache_hostile,
+    "front-cache-fuzz": front_cache_fuzz,
     "front-cache-bad-policy": lambda: expect_start_error("frontCacheEntries needs a policy with mallocCached; caching has none (vms has)",
                                                         policy="caching", driver="host", front_cache_entries=16),
     "front-cache-record": lambda: expect_start_error("frontCacheEntries needs record off", policy="vms", driver="host", record=True,
