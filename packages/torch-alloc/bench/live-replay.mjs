@@ -7,7 +7,7 @@
 // the program's empty_cache calls are made too.
 //   node bench/live-replay.mjs [--trace gpt2_ft] [--policy vms] [--reps 5] [--warmup 1]
 //                              [--streams recorded|one] [--record false|true] [--knobs JSON]
-//                              [--evict-kib N] [--front-cache N]
+//                              [--evict-kib N] [--front-cache N [--recall]]
 // Prints one JSON line: ns per alloc+free pair over the whole trace and over its second
 // half (the steady state; an alloc's share of the frees and empty_cache calls with it), best
 // and median of the reps (each rep a fresh bridge; warm-up reps first, not counted), and what
@@ -21,6 +21,10 @@
 // call (not timed: no JS runs), OP_ALLOC_CACHED while blocks are held, and the held blocks
 // queued before OP_ALLOC when the policy would grow, before empty_cache and at the end.
 // "decided" then also says how many allocations it served (front_cache_hits).
+// --recall: a design not built, evaluated here: before each call into the engine while
+// blocks are held, every held block next to a free mapped block goes back to the engine (so
+// it merges as a plain free would); "decided" counts them (front_cache_recalls). The check
+// runs in JS after an OP_FLUSH that hands the queue over, so its ns are not the design's.
 // Profile with `node --cpu-prof --cpu-prof-dir=prof bench/live-replay.mjs ...`.
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -55,6 +59,7 @@ const { values } = parseArgs({
     knobs: { type: "string", default: "{}" },
     "evict-kib": { type: "string", default: "0" },
     "front-cache": { type: "string", default: "0" },
+    recall: { type: "boolean", default: false },
   },
 });
 const reps = Number(values.reps);
@@ -70,6 +75,10 @@ if (!(evictKib >= 0)) {
 }
 const junk = evictKib > 0 ? new Float64Array(evictKib * 128) : null;
 const frontCache = Number(values["front-cache"]);
+if (values.recall && frontCache === 0) {
+  console.error("live-replay: --recall needs --front-cache N (N > 0)");
+  process.exit(2);
+}
 if (!(Number.isInteger(frontCache) && frontCache >= 0 && frontCache <= FRONT_CACHE_MAX_ENTRIES)) {
   console.error(`live-replay: --front-cache takes a whole number from 0 to ${FRONT_CACHE_MAX_ENTRIES}`);
   process.exit(2);
@@ -152,6 +161,19 @@ async function rep() {
   // the front cache: held (address, size, stream), oldest first
   const held = [];
   let hits = 0;
+  let recalls = 0;
+  const heldNextToFree = () => {
+    invoke(OP_FLUSH, 0, 0, 0); // the engine takes the queued frees first
+    const free = (x) => x !== null && !x.allocated && x.mapped;
+    for (let q = held.length - 1; q >= 0; q--) {
+      const b = bridge.live.blockAt(held[q][0]);
+      if (b !== undefined && (free(b.prev) || free(b.next))) {
+        enqueue(...held[q]);
+        held.splice(q, 1);
+        recalls++;
+      }
+    }
+  };
   const giveBack = () => {
     for (const [addr, sz, st] of held) enqueue(addr, sz, st);
     held.length = 0;
@@ -204,6 +226,7 @@ async function rep() {
           continue;
         }
       }
+      if (values.recall && held.length > 0) heldNextToFree();
       let p = held.length > 0 ? invoke(OP_ALLOC_CACHED, sz, device, st) : invoke(OP_ALLOC, sz, device, st);
       if (p === STATUS_NOT_CACHED) {
         giveBack();
@@ -238,6 +261,7 @@ async function rep() {
   }
   const decided = {
     ...(frontCache > 0 ? { front_cache_hits: hits } : {}),
+    ...(values.recall ? { front_cache_recalls: recalls } : {}),
     addresses_hash: (h >>> 0).toString(16),
     peak_reserved_bytes: st["reserved_bytes.all.peak"],
     reserved_bytes: st["reserved_bytes.all.current"],

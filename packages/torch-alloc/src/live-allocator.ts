@@ -201,6 +201,11 @@ export class LiveAllocator {
     if (this.history !== null) this.history.afterCall();
   }
 
+  /** The engine's live block at `address` (benches and tests look at its neighbours), or undefined. */
+  blockAt(address: number): Block | undefined {
+    return this.live.get(address);
+  }
+
   /** record_stream(address, stream): the live block at `address` is used on `stream` too. */
   recordStream(address: number, stream: number): void {
     const b = this.live.get(address);
