@@ -16,7 +16,7 @@
  * that way first, which must make no driver call on memory. No test framework needed: it
  * throws, or returns a report.
  */
-import { createDriver, cudaAvailable, mulberry32, SimDriver, withCapacity, type VmmDriver } from "@gmlake/vmm";
+import { createDriver, cudaAvailable, DRIVER_CALLS, mulberry32, SimDriver, withCapacity, type VmmDriver } from "@gmlake/vmm";
 import type { Block } from "./block.js";
 import { Allocator } from "./engine.js";
 import { StitchError } from "./errors.js";
@@ -87,8 +87,8 @@ function size(r: () => number): number {
   return r() < 0.5 ? 0 : 10 * MiB + 1;
 }
 
-/** Driver calls that create, map, unmap or free memory: mallocCached makes none of them. */
-const MEMORY_CALLS = ["memCreate", "memRelease", "memMap", "memUnmap", "memSetAccess", "memAddressReserve", "memAddressFree", "memAlloc", "memFree"] as const;
+/** Driver calls that create, map, unmap or free memory (every mem* call but the query): mallocCached makes none of them. */
+const MEMORY_CALLS = DRIVER_CALLS.filter((c) => c.startsWith("mem") && c !== "memGetInfo");
 
 function cachedMalloc(a: Allocator, size: number, stream: number): Block | null {
   const d = a.ctx.driver;

@@ -690,9 +690,11 @@ extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
   }
   if (frontCache) {
     if (op == kOpAlloc) return AllocFrontCached(a, b, c);
-    std::lock_guard<std::mutex> lock(g_freeMutex);
-    if (op == kOpEmptyCache) GiveBackHeldLocked();
-    if (op == kOpRecordStream) {
+    if (op == kOpEmptyCache) {
+      std::lock_guard<std::mutex> lock(g_freeMutex);
+      GiveBackHeldLocked();
+    } else if (op == kOpRecordStream) {
+      std::lock_guard<std::mutex> lock(g_freeMutex);
       auto it = g_live.find(Key(a));
       if (it != g_live.end()) it->second.recorded = true;
     }

@@ -144,12 +144,10 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
       try {
         switch (op) {
           case OP_ALLOC:
-            if (b !== device) return fail(new Error(`an allocation on device ${b}: this allocator serves device ${device}`));
-            return live.alloc(a, c);
           case OP_ALLOC_CACHED: {
             if (b !== device) return fail(new Error(`an allocation on device ${b}: this allocator serves device ${device}`));
-            const p = live.allocCached(a, c);
-            return p === null ? STATUS_NOT_CACHED : p;
+            if (op === OP_ALLOC) return live.alloc(a, c);
+            return live.allocCached(a, c) ?? STATUS_NOT_CACHED;
           }
           case OP_FREE:
             live.free(a);

@@ -673,7 +673,7 @@ CASES = {
                                                         policy="caching", driver="host", front_cache_entries=16),
     "front-cache-record": lambda: expect_start_error("frontCacheEntries needs record off", policy="vms", driver="host", record=True,
                                                     front_cache_entries=16),
-    "front-cache-env": lambda: expect_start_error("GMLAKE_FRONT_CACHE_ENTRIES: expected a whole number, got 'lots'", policy="vms",
+    "front-cache-env": lambda: expect_start_error("GMLAKE_FRONT_CACHE_ENTRIES: expected a non-negative integer (0 = off), got 'lots'", policy="vms",
                                                  driver="host"),
     "front-cache-too-big": lambda: expect_start_error("frontCacheEntries takes a whole number from 0 to 256, not 300", policy="vms",
                                                      driver="host", front_cache_entries=300),

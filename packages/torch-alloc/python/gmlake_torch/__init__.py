@@ -122,34 +122,34 @@ def _knobs_from_env():
     return out
 
 
-def _record_max_entries(value):
-    """The history's bound: the argument, else $GMLAKE_RECORD_MAX_ENTRIES, else None (the engine's default)."""
+def _count(value, name, env, hint=""):
+    """A whole-number setting >= 0: the argument (a number, or text as a k=v list gives it), else
+    $env, else None. A bad one is a GmlakeError naming where it came from."""
+    where = name
     if value is None:
-        text = os.environ.get("GMLAKE_RECORD_MAX_ENTRIES", "").strip()
+        text = os.environ.get(env, "").strip()
         if not text:
             return None
+        value, where = text, env
+    if isinstance(value, str):
         try:
-            value = int(text)
+            value = int(value.strip())
         except ValueError:
-            raise GmlakeError(f"gmlake: GMLAKE_RECORD_MAX_ENTRIES: expected a non-negative integer, got {text!r}") from None
+            raise GmlakeError(f"gmlake: {where}: expected a non-negative integer{hint}, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise GmlakeError(f"gmlake: record_max_entries: expected a non-negative integer (0 = no bound), got {value!r}")
+        raise GmlakeError(f"gmlake: {where}: expected a non-negative integer{hint}, got {value!r}")
     return value
+
+
+def _record_max_entries(value):
+    """The history's bound: the argument, else $GMLAKE_RECORD_MAX_ENTRIES, else None (the engine's default)."""
+    return _count(value, "record_max_entries", "GMLAKE_RECORD_MAX_ENTRIES", " (0 = no bound)")
 
 
 def _front_cache_entries(value):
     """The front cache's size: the argument, else $GMLAKE_FRONT_CACHE_ENTRIES, else 0 (off)."""
-    where = "front_cache_entries"
-    if value is None:
-        value, where = os.environ.get("GMLAKE_FRONT_CACHE_ENTRIES", "").strip() or "0", "GMLAKE_FRONT_CACHE_ENTRIES"
-    if isinstance(value, str):  # the environment, or a knob list's text (k=v)
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise GmlakeError(f"gmlake: {where}: expected a whole number, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise GmlakeError(f"gmlake: front_cache_entries: expected a whole number, got {value!r}")
-    return value
+    n = _count(value, "front_cache_entries", "GMLAKE_FRONT_CACHE_ENTRIES", " (0 = off)")
+    return 0 if n is None else n
 
 
 def start(policy=None, *, driver=None, threading=None, policy_module=None, record=None, record_max_entries=None,
