@@ -7,7 +7,7 @@
 // the program's empty_cache calls are made too.
 //   node bench/live-replay.mjs [--trace gpt2_ft] [--policy vms] [--reps 5] [--warmup 1]
 //                              [--streams recorded|one] [--record false|true] [--knobs JSON]
-//                              [--evict-kib N] [--front-cache N [--recall]]
+//                              [--evict-kib N] [--front-cache N [--recall]] [--drain]
 // Prints one JSON line: ns per alloc+free pair over the whole trace and over its second
 // half (the steady state; an alloc's share of the frees and empty_cache calls with it), best
 // and median of the reps (each rep a fresh bridge; warm-up reps first, not counted), and what
@@ -25,6 +25,9 @@
 // blocks are held, every held block next to a free mapped block goes back to the engine (so
 // it merges as a plain free would); "decided" counts them (front_cache_recalls). The check
 // runs in JS after an OP_FLUSH that hands the queue over, so its ns are not the design's.
+// --drain: the JS thread's free draining (GMLAKE_THREADING=thread): each free is handed to
+// the engine by an untimed OP_FLUSH as soon as it is queued, as the JS thread does while it
+// waits for the next request, so a timed call finds no free to take first.
 // Profile with `node --cpu-prof --cpu-prof-dir=prof bench/live-replay.mjs ...`.
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -60,6 +63,7 @@ const { values } = parseArgs({
     "evict-kib": { type: "string", default: "0" },
     "front-cache": { type: "string", default: "0" },
     recall: { type: "boolean", default: false },
+    drain: { type: "boolean", default: false },
   },
 });
 const reps = Number(values.reps);
@@ -243,6 +247,7 @@ async function rep() {
       } else {
         enqueue(addrOf[s], sizeOf[s], streamOf[s]);
       }
+      if (values.drain && queued > 0) untimed(OP_FLUSH, 0, 0, 0);
     } else {
       giveBack();
       invoke(OP_EMPTY_CACHE, 0, 0, 0);
@@ -298,6 +303,7 @@ console.log(
     record: values.record === "true",
     evict_kib: evictKib,
     front_cache_entries: frontCache,
+    drain: values.drain,
     pairs: allocs,
     still_live_at_end: stillLive,
     reps,

@@ -72,6 +72,14 @@ std::mutex g_freeMutex;
 std::vector<double> g_freeQueue;  // (address, size, stream) each
 double g_freeSlots[kFreeQueueLength];
 bool g_freeQueueOn = false;  // the bridge took the slots (attachFreeQueue)
+// GMLAKE_DRAIN_US (one JS thread only; < 0: off): while that thread waits for a request it
+// hands frees queued for this long to the engine itself, so the next alloc finds none to take
+// first (README "Threading"). g_freePending mirrors the queue's length for its spin loop, on a
+// line of its own; g_drains and g_drainedFrees count its hand-overs (under g_freeMutex).
+double g_drainUs = -1;
+alignas(64) std::atomic<uint32_t> g_freePending{0};
+double g_drains = 0, g_drainedFrees = 0;
+bool g_draining = false;  // the JS thread's hand-over in progress (read by HandOverFrees on that thread)
 
 // The front cache (embed.h), all under g_freeMutex. A held block stays allocated in the
 // engine's books; `g_live` knows every block the engine handed out (its size and stream at
@@ -308,18 +316,25 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
 // Holding the isolate: the queued frees into the slots JS reads at its next call.
 void HandOverFrees() {
   std::lock_guard<std::mutex> lock(g_freeMutex);
-  g_freeSlots[2] = g_frontCacheHits;
-  g_freeSlots[3] = g_frontCacheHitBytes;
-  g_freeSlots[4] = g_frontCachePasses;
   size_t n = g_freeQueue.size();
-  if (n == 0) return;
   // The queue holds at most kFreeQueueSlots frees plus one cache given back (a free that finds
   // it fuller hands it over first). Should it ever hold more, the rest waits for the next call.
   constexpr size_t kRoom = kFreeQueueLength - kFreeQueueHeader;
   size_t take = n < kRoom ? n : kRoom;
+  if (g_draining && take > 0) {
+    g_drains += 1;
+    g_drainedFrees += static_cast<double>(take / 3);
+  }
+  g_freeSlots[2] = g_frontCacheHits;
+  g_freeSlots[3] = g_frontCacheHitBytes;
+  g_freeSlots[4] = g_frontCachePasses;
+  g_freeSlots[5] = g_drains;
+  g_freeSlots[6] = g_drainedFrees;
+  if (n == 0) return;
   std::memcpy(g_freeSlots + kFreeQueueHeader, g_freeQueue.data(), take * sizeof(double));
   g_freeSlots[0] = static_cast<double>(take / 3);
   g_freeQueue.erase(g_freeQueue.begin(), g_freeQueue.begin() + static_cast<std::ptrdiff_t>(take));
+  if (g_drainUs >= 0) g_freePending.store(static_cast<uint32_t>(g_freeQueue.size() / 3), std::memory_order_relaxed);
 }
 
 // ---- the front cache (under g_freeMutex) ---------------------------------------------------
@@ -329,6 +344,7 @@ void QueueLocked(double address, double size, double stream) {
   g_freeQueue.push_back(address);
   g_freeQueue.push_back(size);
   g_freeQueue.push_back(stream);
+  if (g_drainUs >= 0) g_freePending.store(static_cast<uint32_t>(g_freeQueue.size() / 3), std::memory_order_relaxed);
 }
 
 // Every held block to the queue, so the engine sees it at the next call: before it would
@@ -413,12 +429,13 @@ double CallJs(int op, double a, double b, double c, std::string* err) {
   g_callSlots[1] = a;
   g_callSlots[2] = b;
   g_callSlots[3] = c;
-  uint64_t tJs = g_timeParts ? NowNs() : 0;
+  const bool timed = g_timeParts && !g_draining;  // the JS thread's own hand-overs are nobody's call
+  uint64_t tJs = timed ? NowNs() : 0;
   if (g_slotCall->Get(g_isolate)->Call(ctx, v8::Undefined(g_isolate), 0, nullptr).IsEmpty()) {
     *err = "gmlake allocator: " + Describe(g_isolate, tc);
     return kStatusError;
   }
-  if (g_timeParts) {
+  if (timed) {
     g_partNs[1].fetch_add(tJs - t_partStart, std::memory_order_relaxed);
     g_partNs[2].fetch_add(NowNs() - tJs, std::memory_order_relaxed);
     g_partCalls.fetch_add(1, std::memory_order_relaxed);
@@ -489,6 +506,17 @@ struct Mailbox {
 Mailbox g_box;
 double g_spinUs = 50;  // GMLAKE_SPIN_US: how long either side spins before it sleeps
 
+// GMLAKE_DRAIN_US: the JS thread, waiting, hands the queued frees to the engine (an OP_FLUSH
+// of its own). The engine takes the same frees in the same order before the same alloc as
+// without it, so it decides the same; only the work moves off the caller's wait.
+void DrainFrees() {
+  g_draining = true;
+  std::string err;
+  double r = CallJs(kOpFlush, 0, 0, 0, &err);
+  g_draining = false;
+  if (r < 0) std::fprintf(stderr, "gmlake: handing queued frees to the engine failed: %s\n", err.c_str());
+}
+
 void JsThreadMain(std::string boot, std::string config, std::mutex* m, std::condition_variable* cv, bool* ready,
                   std::string* startErr) {
   std::string err;
@@ -504,11 +532,26 @@ void JsThreadMain(std::string boot, std::string config, std::mutex* m, std::cond
   Locker locker(g_isolate);
   Isolate::Scope isolateScope(g_isolate);
   uint32_t seen = 0;
+  const bool drain = g_drainUs >= 0;
   for (;;) {
     uint32_t p = g_box.posted.load(std::memory_order_acquire);
     if (p == seen) {
       double t0 = NowUs();
-      while ((p = g_box.posted.load(std::memory_order_acquire)) == seen && NowUs() - t0 < g_spinUs) CpuRelax();
+      double pendingSince = -1;  // when this wait first saw frees queued
+      while ((p = g_box.posted.load(std::memory_order_acquire)) == seen) {
+        double now = NowUs();
+        if (drain && g_freePending.load(std::memory_order_relaxed) != 0) {
+          if (pendingSince < 0) pendingSince = now;
+          if (now - pendingSince >= g_drainUs) {
+            DrainFrees();
+            pendingSince = -1;
+            t0 = NowUs();  // frees coming in: the job is busy, keep spinning
+            continue;
+          }
+        }
+        if (now - t0 >= g_spinUs) break;
+        CpuRelax();
+      }
       if (p == seen) {
         g_box.jsSleeping.store(1, std::memory_order_seq_cst);
         while ((p = g_box.posted.load(std::memory_order_seq_cst)) == seen) Futex(&g_box.posted, FUTEX_WAIT, seen);
@@ -582,7 +625,23 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
   };
   if (g_started) return 0;
   if (!g_startError.empty()) return fail(g_startError);
-  if (const char* s = std::getenv("GMLAKE_SPIN_US")) g_spinUs = std::atof(s);
+  // microseconds, a number >= 0: anything else is refused, not read as 0
+  auto micros = [](const char* name, double* out) -> std::string {
+    const char* s = std::getenv(name);
+    if (s == nullptr) return "";
+    char* end = nullptr;
+    double v = std::strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= 0) || v > 1e9) return std::string(name) + " takes microseconds (a number >= 0), not '" + s + "'";
+    *out = v;
+    return "";
+  };
+  for (const char* name : {"GMLAKE_SPIN_US", "GMLAKE_DRAIN_US"}) {
+    std::string bad = micros(name, std::strcmp(name, "GMLAKE_SPIN_US") == 0 ? &g_spinUs : &g_drainUs);
+    if (!bad.empty()) return fail(bad);
+  }
+  if (g_drainUs >= 0 && threading != kThreadingThread) {
+    return fail("GMLAKE_DRAIN_US needs GMLAKE_THREADING=thread: with a Locker per call no thread waits to hand frees over");
+  }
   // "total": only the library's whole-call timer (two clock reads a call, as the plug's for
   // PyTorch's own allocator), not these parts (four more reads on every call into JS)
   if (const char* s = std::getenv("GMLAKE_TIME_CALLS")) {

@@ -34,9 +34,10 @@ constexpr int kFreeQueueSlots = 256;
 constexpr int kFrontCacheMaxEntries = 256;
 // The queue's slots: [0] frees queued, [1] of them failed, [2] front-cache hits so far,
 // [3] their bytes, [4] frees it passed to the engine (used on other streams, another size or
-// stream than at the alloc, an address not handed out), then (address, size, stream) for the
-// queue plus a whole cache.
-constexpr int kFreeQueueHeader = 5;
+// stream than at the alloc, an address not handed out), [5] hand-overs the JS thread made on
+// its own while it waited (GMLAKE_DRAIN_US), [6] the frees they handed over, then (address,
+// size, stream) for the queue plus a whole cache.
+constexpr int kFreeQueueHeader = 7;
 constexpr int kFreeQueueLength = kFreeQueueHeader + 3 * (kFreeQueueSlots + kFrontCacheMaxEntries);
 
 // Statuses below 0 returned by the operations.

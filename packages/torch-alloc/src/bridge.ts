@@ -130,7 +130,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
         throw new TypeError(`attachFreeQueue: expected a Float64Array of ${FREE_QUEUE_LENGTH} slots`);
       }
       queue = slots;
-      live.frontCacheCounts = slots;
+      live.nativeCounts = slots;
     },
     attachCallSlots(slots) {
       if (!(slots instanceof Float64Array) || slots.length !== 4) throw new TypeError("attachCallSlots: expected a Float64Array of 4 slots");

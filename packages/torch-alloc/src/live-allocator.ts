@@ -114,8 +114,8 @@ export class LiveAllocator {
 
   /** The native front cache's size in blocks (0: off). */
   readonly frontCacheEntries: number;
-  /** The native free queue's header once attached ([2] front-cache hits, [3] their bytes, [4] frees passed on): read by stats(). */
-  frontCacheCounts: Float64Array | null = null;
+  /** The native free queue's header once attached ([2] front-cache hits, [3] their bytes, [4] frees passed on, [5] the JS thread's drains, [6] their frees): read by stats(). */
+  nativeCounts: Float64Array | null = null;
 
   private checkFrontCache(n: number): number {
     if (!Number.isInteger(n) || n < 0 || n > FRONT_CACHE_MAX_ENTRIES) {
@@ -243,10 +243,13 @@ export class LiveAllocator {
       cross_stream_reuse: this.allocator.crossStreamReuse,
       // the native front cache: its size, and the allocations it served without the engine
       front_cache_entries: this.frontCacheEntries,
-      num_front_cache_hits: this.frontCacheCounts?.[2] ?? 0,
-      front_cache_hit_bytes: this.frontCacheCounts?.[3] ?? 0,
+      num_front_cache_hits: this.nativeCounts?.[2] ?? 0,
+      front_cache_hit_bytes: this.nativeCounts?.[3] ?? 0,
       // frees it gave the engine at once: used on other streams (record_stream), another size or stream than at the alloc, an address not handed out
-      num_front_cache_passes: this.frontCacheCounts?.[4] ?? 0,
+      num_front_cache_passes: this.nativeCounts?.[4] ?? 0,
+      // the JS thread's own hand-overs of queued frees while it waited for a request (GMLAKE_DRAIN_US), and the frees in them
+      num_free_drains: this.nativeCounts?.[5] ?? 0,
+      num_drained_frees: this.nativeCounts?.[6] ?? 0,
       calls: { ...this.counts },
       driver_calls: d.calls,
       driver_time_us: d.timeUs,

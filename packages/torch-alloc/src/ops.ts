@@ -27,8 +27,9 @@ export const FREE_QUEUE_SLOTS = 256;
 export const FRONT_CACHE_MAX_ENTRIES = 256;
 /**
  * The free queue's header: [0] frees queued, [1] of them failed, [2] front-cache hits so far,
- * [3] their bytes, [4] frees the front cache passed to the engine instead of holding them.
+ * [3] their bytes, [4] frees the front cache passed to the engine instead of holding them,
+ * [5] hand-overs the JS thread made on its own while it waited (GMLAKE_DRAIN_US), [6] the frees they handed over.
  */
-export const FREE_QUEUE_HEADER = 5;
+export const FREE_QUEUE_HEADER = 7;
 /** The free queue's Float64Array: the header, then (address, size, stream) for the queue and a whole front cache given back. */
 export const FREE_QUEUE_LENGTH = FREE_QUEUE_HEADER + 3 * (FREE_QUEUE_SLOTS + FRONT_CACHE_MAX_ENTRIES);

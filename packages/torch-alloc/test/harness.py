@@ -40,6 +40,14 @@ crash is then a failed case, not a lost run):
                                every pattern intact, nothing live or leaked at the end
   front-cache-bad-policy, front-cache-record, front-cache-too-big, front-cache-env
                                the front cache refused at start with a clear error
+  stress:vms-drain:thread, stress:vms-drain-front-cache:thread
+                               the stress with GMLAKE_DRAIN_US=0 (one JS thread that hands
+                               queued frees to the engine while it waits): drains counted
+  drain-same-decisions         one caller's seeded mix hands out the same addresses with the
+                               drain off, at 0 us and at 20 us (the drains only move work)
+  drain-locker, drain-env, spin-env
+                               GMLAKE_DRAIN_US without the JS thread, or a bad number in it
+                               or in GMLAKE_SPIN_US: a clear error at start
 
 usage: python3 test/harness.py [CASE...]       (no CASE: all of them)
 """
@@ -150,7 +158,16 @@ class Live:
             del self.ends[addr]
 
 
-def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None, front_cache_entries=0, sizes="random"):
+def stress(policy, threading_design, **kw):
+    """_stress, failed too by any line the library says on stderr (a queued free that failed)."""
+    err, said = with_stderr(lambda: _stress(policy, threading_design, **kw))
+    if err:
+        return err
+    lines = [x for x in said.splitlines() if x.startswith("gmlake")]
+    return f"the library said on stderr ({len(lines)} lines): {lines[0]}" if lines else None
+
+
+def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None, front_cache_entries=0, sizes="random", drains=False):
     before = signal_handlers()
     t0 = time.perf_counter()
     native = gmlake_torch.start(policy, driver="host", threading=threading_design, check_invariants=512,
@@ -249,6 +266,11 @@ def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None,
         return f"front cache: {stats['num_front_cache_passes']} frees passed to the engine, {counts['recorded_frees']} of record_stream'd blocks"
     if not front_cache_entries and hits != 0:
         return f"{hits} front-cache hits with the cache off"
+    # GMLAKE_DRAIN_US: the JS thread handed frees over while it waited (else none at all)
+    if drains and not (stats["num_free_drains"] > 0 and stats["num_drained_frees"] >= stats["num_free_drains"]):
+        return f"GMLAKE_DRAIN_US set: {stats['num_free_drains']} drains of {stats['num_drained_frees']} frees"
+    if not drains and stats["num_free_drains"] != 0:
+        return f"{stats['num_free_drains']} drains without GMLAKE_DRAIN_US"
     if stats["live_blocks"] != 0 or stats["allocated_bytes.all.current"] != 0:
         return f"blocks still live after every free: {stats['live_blocks']} ({stats['allocated_bytes.all.current']} bytes)"
     closed = gmlake_torch.close()
@@ -256,11 +278,66 @@ def stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None,
     if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
         return f"leaked at close: {closed}"
     ops = counts["allocs"] + counts["frees"]
-    label = f"stress:{policy}:{threading_design}" + (f" {knobs}" if knobs else "") + (f" front_cache_entries={front_cache_entries}" if front_cache_entries else "")
+    label = (f"stress:{policy}:{threading_design}" + (f" {knobs}" if knobs else "") + (f" front_cache_entries={front_cache_entries}" if front_cache_entries else "")
+             + (" GMLAKE_DRAIN_US" if drains else ""))
     print(json.dumps({"case": label, "start_ms": round(start_ms, 1), "threads": threads,
                       **counts, "front_cache_hits": hits, "ops_per_s": round(ops / wall), "peak_reserved": stats["reserved_bytes.all.peak"],
                       "syncs": stats["num_sync_all_streams"], "deferred_frees": stats["num_deferred_frees"],
-                      "cross_stream_reuses": stats["num_cross_stream_reuses"]}))
+                      "cross_stream_reuses": stats["num_cross_stream_reuses"], "drained_frees": stats["num_drained_frees"]}))
+    return None
+
+
+def decisions(ops=20000, seed=5):
+    """One caller, a seeded mix of a training step's sizes on two streams: a hash of every
+    address handed out, in order, and the JS thread's drains (run by drain_same_decisions)."""
+    native = gmlake_torch.start("vms", driver="sim")  # the sim's addresses do not move between processes (the host's mmap does)
+    rng = random.Random(seed)
+    live, h = [], 0x811C9DC5
+    for i in range(ops):
+        if rng.random() < 0.52 or not live:
+            size, stream = random_size(rng, "step"), STREAMS[rng.randrange(2)]
+            st, addr = native.try_alloc(size, stream)
+            if st != 0:
+                return f"alloc({size}) failed ({st}): {native.error()}"
+            live.append((addr, size, stream))
+            h = ((h ^ addr) * 16777619) % (1 << 64)
+        else:
+            addr, size, stream = live.pop(rng.randrange(len(live)))
+            native.free(addr, size, stream)
+        if i % 97 == 0:
+            time.sleep(0.0002)  # a kernel launch's gap: the JS thread's wait, where it drains
+    for addr, size, stream in live:
+        native.free(addr, size, stream)
+    s = gmlake_torch.stats()
+    print(json.dumps({"hash": h, "peak_reserved": s["reserved_bytes.all.peak"], "drains": s["num_free_drains"],
+                      "drained_frees": s["num_drained_frees"]}))
+    return None
+
+
+def drain_same_decisions():
+    """GMLAKE_DRAIN_US moves the queued frees' work, not the engine's decisions: the same
+    calls hand out the same addresses with it off, at once, and after 20 us."""
+    runs = {}
+    for drain in (None, "0", "20"):
+        env = {k: v for k, v in os.environ.items() if k not in ("GMLAKE_DRAIN_US", "GMLAKE_FRONT_CACHE_ENTRIES")}
+        env["GMLAKE_THREADING"] = "thread"
+        if drain is not None:
+            env["GMLAKE_DRAIN_US"] = drain
+        r = subprocess.run([sys.executable, __file__, "--decisions"], env=env, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            return f"GMLAKE_DRAIN_US={drain}: exit {r.returncode}: {(r.stdout + r.stderr).strip()[-500:]}"
+        runs[drain] = json.loads(r.stdout.strip().splitlines()[-1])
+    off = runs[None]
+    for drain in ("0", "20"):
+        x = runs[drain]
+        if (x["hash"], x["peak_reserved"]) != (off["hash"], off["peak_reserved"]):
+            return f"GMLAKE_DRAIN_US={drain} decided differently: {x} against {off} without it"
+        if x["drains"] == 0:
+            return f"GMLAKE_DRAIN_US={drain}: the JS thread never handed frees over ({x})"
+    if off["drains"] != 0:
+        return f"{off['drains']} drains without GMLAKE_DRAIN_US"
+    print(json.dumps({"case": "drain-same-decisions", "peak_reserved": off["peak_reserved"],
+                      "drained_frees": {d: runs[d]["drained_frees"] for d in ("0", "20")}}))
     return None
 
 
@@ -677,17 +754,31 @@ CASES = {
                                                  driver="host"),
     "front-cache-too-big": lambda: expect_start_error("frontCacheEntries takes a whole number from 0 to 256, not 300", policy="vms",
                                                      driver="host", front_cache_entries=300),
+    "drain-same-decisions": drain_same_decisions,
+    "drain-locker": lambda: expect_start_error("GMLAKE_DRAIN_US needs GMLAKE_THREADING=thread", policy="vms", driver="host"),
+    "drain-env": lambda: expect_start_error("GMLAKE_DRAIN_US takes microseconds (a number >= 0), not 'soon'", policy="vms",
+                                            driver="host", threading="thread"),
+    "spin-env": lambda: expect_start_error("GMLAKE_SPIN_US takes microseconds (a number >= 0), not '-5'", policy="vms",
+                                           driver="host", threading="thread"),
 }
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
 CASES["stress:vms-one-stream-reuse:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "false"})
 for _t in ("locker", "thread"):
     CASES[f"stress:vms-front-cache:{_t}"] = (lambda t: (lambda: stress("vms", t, front_cache_entries=64, sizes="step")))(_t)
+# GMLAKE_DRAIN_US=0: the JS thread hands each free over as soon as it sees it (alone, and with the front cache's evictions)
+CASES["stress:vms-drain:thread"] = lambda: stress("vms", "thread", sizes="step", drains=True)
+CASES["stress:vms-drain-front-cache:thread"] = lambda: stress("vms", "thread", front_cache_entries=64, sizes="step", drains=True)
 ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times": {"GMLAKE_TIME_CALLS": "1"},
        # one JS thread: "enter" is the hand-off (the post to the JS thread's pick-up)
        "call-times:thread": {"GMLAKE_TIME_CALLS": "1", "GMLAKE_THREADING": "thread"},
        "call-times:total": {"GMLAKE_TIME_CALLS": "total"},
        "front-cache-env": {"GMLAKE_FRONT_CACHE_ENTRIES": "lots"},
+       "stress:vms-drain:thread": {"GMLAKE_DRAIN_US": "0"},
+       "stress:vms-drain-front-cache:thread": {"GMLAKE_DRAIN_US": "0"},
+       "drain-locker": {"GMLAKE_DRAIN_US": "0"},
+       "drain-env": {"GMLAKE_DRAIN_US": "soon"},
+       "spin-env": {"GMLAKE_SPIN_US": "-5"},
        "node-flags-not-flags": {"GMLAKE_NODE_FLAGS": "--max-semi-space-size=1 prof"},
        "node-flags-unknown": {"GMLAKE_NODE_FLAGS": "--no-such-flag"},
        "node-flags": {"GMLAKE_NODE_FLAGS": " --trace-gc\t--max-semi-space-size=1 --min-semi-space-size=1 "}}
@@ -708,6 +799,11 @@ def run_one(name):
 def main(argv):
     if len(argv) == 2 and argv[0] == "--one":
         return run_one(argv[1])
+    if argv == ["--decisions"]:  # drain-same-decisions' child
+        err = decisions()
+        if err:
+            print(f"FAIL decisions: {err}", file=sys.stderr)
+        return 1 if err else 0
     names = argv or list(CASES)
     bad = [n for n in names if n not in CASES]
     if bad:
@@ -716,7 +812,8 @@ def main(argv):
     failed = []
     for name in names:
         env = {k: v for k, v in os.environ.items()
-               if k not in ("GMLAKE_TIME_CALLS", "GMLAKE_NODE_FLAGS", "GMLAKE_THREADING", "GMLAKE_FRONT_CACHE_ENTRIES")}
+               if k not in ("GMLAKE_TIME_CALLS", "GMLAKE_NODE_FLAGS", "GMLAKE_THREADING", "GMLAKE_FRONT_CACHE_ENTRIES",
+                            "GMLAKE_DRAIN_US", "GMLAKE_SPIN_US")}
         env.update(ENV.get(name, {}))
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, __file__, "--one", name], env=env, capture_output=True, text=True, timeout=600)

@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from "vitest";
 
 import { LiveAllocator, coerceKnobs, createBridge, parseKnobText } from "../src/index.js";
 import {
+  FREE_QUEUE_HEADER,
   FREE_QUEUE_LENGTH,
   FRONT_CACHE_MAX_ENTRIES,
   OP_ALLOC_CACHED,
@@ -28,6 +29,8 @@ import { getPolicy } from "@gmlake/stitch";
 import { DriverAdaptor, type EventHandle, type VmmDriver } from "@gmlake/vmm";
 
 const MiB = 1024 * 1024;
+/** The free queue's header with `n` frees queued and every count 0. */
+const header = (n: number): number[] => [n, ...new Array<number>(FREE_QUEUE_HEADER - 1).fill(0)];
 
 /** Events complete only when `complete` says so (kernels still running on the host driver, which has no queue). */
 class LaggingEvents extends DriverAdaptor {
@@ -277,14 +280,14 @@ describe("the bridge", () => {
     const p = b.call(OP_ALLOC, 2 * MiB, 0, 0);
     const r = b.call(OP_ALLOC, 2 * MiB, 0, 0);
     // queued: p, then p again (a double free), then r
-    q.set([3, 0, 0, 0, 0, p, 2 * MiB, 0, p, 2 * MiB, 0, r, 2 * MiB, 0]);
+    q.set([...header(3), p, 2 * MiB, 0, p, 2 * MiB, 0, r, 2 * MiB, 0]);
     expect(b.live.stats().live_blocks).toBe(2); // not taken yet
     expect(b.call(OP_ALLOC, 2 * MiB, 0, 0)).toBe(p); // taken first: p is free again, and reused
     expect(q[0]).toBe(0);
     expect(q[1]).toBe(1); // one failed
     expect(b.text(TEXT_FREE_ERRORS, "")).toMatch(/^gmlake: free\(0x[0-9a-f]+, 2097152\) failed: free of 0x[0-9a-f]+, which the allocator did not hand out/);
     expect(q[1]).toBe(0);
-    q.set([1, 0, 0, 0, 0, p, 2 * MiB, 0]);
+    q.set([...header(1), p, 2 * MiB, 0]);
     expect(b.call(OP_FLUSH, 0, 0, 0)).toBe(0);
     expect(JSON.parse(b.text(TEXT_STATS, "")).live_blocks).toBe(0);
     q.set([0, 0]);
@@ -302,14 +305,17 @@ describe("the bridge", () => {
     expect(b.call(OP_ALLOC_CACHED, 8 * MiB, 0, 0)).toBe(STATUS_NOT_CACHED); // would grow
     expect(b.live.driver.stats().totalCalls).toBe(calls);
     expect(b.call(OP_ALLOC_CACHED, 8 * MiB, 1, 0)).toBe(STATUS_ERROR); // another device
-    q.set([1, 0, 0, 0, 0, p, 8 * MiB, 0]); // p freed (queued), the engine takes it first
+    q.set([...header(1), p, 8 * MiB, 0]); // p freed (queued), the engine takes it first
     expect(b.call(OP_ALLOC_CACHED, 4 * MiB, 0, 0)).toBe(p);
     expect(b.live.driver.stats().totalCalls).toBe(calls);
     q[2] = 5; // the native side's hit count
     q[3] = 5 * MiB;
     q[4] = 2;
+    q[5] = 3; // the JS thread's drains (GMLAKE_DRAIN_US) and their frees
+    q[6] = 7;
     const st = JSON.parse(b.text(TEXT_STATS, "")) as Record<string, number>;
     expect([st.front_cache_entries, st.num_front_cache_hits, st.front_cache_hit_bytes, st.num_front_cache_passes, st.live_blocks]).toEqual([32, 5, 5 * MiB, 2, 1]);
+    expect([st.num_free_drains, st.num_drained_frees]).toEqual([3, 7]);
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).liveBlocksFreed).toBe(1);
   });
 
