@@ -72,9 +72,9 @@ std::mutex g_freeMutex;
 std::vector<double> g_freeQueue;  // (address, size, stream) each
 double g_freeSlots[kFreeQueueLength];
 bool g_freeQueueOn = false;  // the bridge took the slots (attachFreeQueue)
-// GMLAKE_DRAIN_US (one JS thread only; < 0: off): while that thread waits for a request it
-// hands frees queued for this long to the engine itself, so the next alloc finds none to take
-// first (README "Threading"). g_freePending mirrors the queue's length for its spin loop, on a
+// GMLAKE_DRAIN_US (one JS thread only; default 0, "off" or < 0: off): while that thread
+// waits for a request it hands frees queued for this long to the engine itself, so the next
+// alloc finds none to take first (README "Threading"). g_freePending mirrors the queue's length for its spin loop, on a
 // line of its own; g_drains and g_drainedFrees count its hand-overs (under g_freeMutex).
 double g_drainUs = -1;
 alignas(64) std::atomic<uint32_t> g_freePending{0};
@@ -504,7 +504,10 @@ struct Mailbox {
   std::string error;
 };
 Mailbox g_box;
-double g_spinUs = 50;  // GMLAKE_SPIN_US: how long either side spins before it sleeps
+// GMLAKE_SPIN_US: how long either side spins before it sleeps. 1 ms, longer than the gaps
+// between a training step's calls (with 50 us the JS thread slept between them and every
+// wake-up was paid: +4-6% of step on the H200, BENCHMARKS.md "Runs 14 to 16").
+double g_spinUs = 1000;
 
 // GMLAKE_DRAIN_US: the JS thread, waiting, hands the queued frees to the engine (an OP_FLUSH
 // of its own). The engine takes the same frees in the same order before the same alloc as
@@ -635,12 +638,17 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
     *out = v;
     return "";
   };
-  for (const char* name : {"GMLAKE_SPIN_US", "GMLAKE_DRAIN_US"}) {
-    std::string bad = micros(name, std::strcmp(name, "GMLAKE_SPIN_US") == 0 ? &g_spinUs : &g_drainUs);
-    if (!bad.empty()) return fail(bad);
-  }
-  if (g_drainUs >= 0 && threading != kThreadingThread) {
+  std::string bad = micros("GMLAKE_SPIN_US", &g_spinUs);
+  if (!bad.empty()) return fail(bad);
+  const char* drain = std::getenv("GMLAKE_DRAIN_US");
+  bool drainOff = drain != nullptr && std::strcmp(drain, "off") == 0;
+  if (drain != nullptr && !drainOff && threading != kThreadingThread) {
     return fail("GMLAKE_DRAIN_US needs GMLAKE_THREADING=thread: with a Locker per call no thread waits to hand frees over");
+  }
+  if (threading == kThreadingThread && !drainOff) {
+    g_drainUs = 0;  // the default with one JS thread: each free handed over as soon as it is seen
+    bad = micros("GMLAKE_DRAIN_US", &g_drainUs);
+    if (!bad.empty()) return fail(bad + " (or off)");
   }
   // "total": only the library's whole-call timer (two clock reads a call, as the plug's for
   // PyTorch's own allocator), not these parts (four more reads on every call into JS)

@@ -40,11 +40,13 @@ crash is then a failed case, not a lost run):
                                every pattern intact, nothing live or leaked at the end
   front-cache-bad-policy, front-cache-record, front-cache-too-big, front-cache-env
                                the front cache refused at start with a clear error
-  stress:vms-drain:thread, stress:vms-drain-front-cache:thread
-                               the stress with GMLAKE_DRAIN_US=0 (one JS thread that hands
-                               queued frees to the engine while it waits): drains counted
+                               (every stress with one JS thread checks that it handed queued
+                               frees to the engine while it waited: GMLAKE_DRAIN_US)
+  threading-auto               the default design: a Locker per call on one CPU, one JS thread
+                               with enough CPUs (stats() says which); a bad name refused
+  stress:vms-no-drain:thread   the stress with GMLAKE_DRAIN_US=off (frees wait for the next call)
   drain-same-decisions         one caller's seeded mix hands out the same addresses with the
-                               drain off, at 0 us and at 20 us (the drains only move work)
+                               drain off, at 0 us (the default) and at 20 us (drains move work)
   drain-locker, drain-env, spin-env
                                GMLAKE_DRAIN_US without the JS thread, or a bad number in it
                                or in GMLAKE_SPIN_US: a clear error at start
@@ -167,7 +169,7 @@ def stress(policy, threading_design, **kw):
     return f"the library said on stderr ({len(lines)} lines): {lines[0]}" if lines else None
 
 
-def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None, front_cache_entries=0, sizes="random", drains=False):
+def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None, front_cache_entries=0, sizes="random"):
     before = signal_handlers()
     t0 = time.perf_counter()
     native = gmlake_torch.start(policy, driver="host", threading=threading_design, check_invariants=512,
@@ -266,11 +268,12 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
         return f"front cache: {stats['num_front_cache_passes']} frees passed to the engine, {counts['recorded_frees']} of record_stream'd blocks"
     if not front_cache_entries and hits != 0:
         return f"{hits} front-cache hits with the cache off"
-    # GMLAKE_DRAIN_US: the JS thread handed frees over while it waited (else none at all)
+    # one JS thread hands queued frees over while it waits (unless GMLAKE_DRAIN_US=off); a Locker per call never
+    drains = threading_design == "thread" and os.environ.get("GMLAKE_DRAIN_US") != "off"
     if drains and not (stats["num_free_drains"] > 0 and stats["num_drained_frees"] >= stats["num_free_drains"]):
-        return f"GMLAKE_DRAIN_US set: {stats['num_free_drains']} drains of {stats['num_drained_frees']} frees"
+        return f"one JS thread: {stats['num_free_drains']} drains of {stats['num_drained_frees']} frees"
     if not drains and stats["num_free_drains"] != 0:
-        return f"{stats['num_free_drains']} drains without GMLAKE_DRAIN_US"
+        return f"{stats['num_free_drains']} drains with {threading_design} and GMLAKE_DRAIN_US={os.environ.get('GMLAKE_DRAIN_US')}"
     if stats["live_blocks"] != 0 or stats["allocated_bytes.all.current"] != 0:
         return f"blocks still live after every free: {stats['live_blocks']} ({stats['allocated_bytes.all.current']} bytes)"
     closed = gmlake_torch.close()
@@ -279,7 +282,7 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
         return f"leaked at close: {closed}"
     ops = counts["allocs"] + counts["frees"]
     label = (f"stress:{policy}:{threading_design}" + (f" {knobs}" if knobs else "") + (f" front_cache_entries={front_cache_entries}" if front_cache_entries else "")
-             + (" GMLAKE_DRAIN_US" if drains else ""))
+             + ("" if drains or threading_design != "thread" else " GMLAKE_DRAIN_US=off"))
     print(json.dumps({"case": label, "start_ms": round(start_ms, 1), "threads": threads,
                       **counts, "front_cache_hits": hits, "ops_per_s": round(ops / wall), "peak_reserved": stats["reserved_bytes.all.peak"],
                       "syncs": stats["num_sync_all_streams"], "deferred_frees": stats["num_deferred_frees"],
@@ -316,9 +319,9 @@ def decisions(ops=20000, seed=5):
 
 def drain_same_decisions():
     """GMLAKE_DRAIN_US moves the queued frees' work, not the engine's decisions: the same
-    calls hand out the same addresses with it off, at once, and after 20 us."""
+    calls hand out the same addresses with it off, at once (the default), and after 20 us."""
     runs = {}
-    for drain in (None, "0", "20"):
+    for drain in ("off", None, "20"):
         env = {k: v for k, v in os.environ.items() if k not in ("GMLAKE_DRAIN_US", "GMLAKE_FRONT_CACHE_ENTRIES")}
         env["GMLAKE_THREADING"] = "thread"
         if drain is not None:
@@ -327,17 +330,17 @@ def drain_same_decisions():
         if r.returncode != 0:
             return f"GMLAKE_DRAIN_US={drain}: exit {r.returncode}: {(r.stdout + r.stderr).strip()[-500:]}"
         runs[drain] = json.loads(r.stdout.strip().splitlines()[-1])
-    off = runs[None]
-    for drain in ("0", "20"):
+    off = runs["off"]
+    for drain in (None, "20"):
         x = runs[drain]
         if (x["hash"], x["peak_reserved"]) != (off["hash"], off["peak_reserved"]):
             return f"GMLAKE_DRAIN_US={drain} decided differently: {x} against {off} without it"
         if x["drains"] == 0:
             return f"GMLAKE_DRAIN_US={drain}: the JS thread never handed frees over ({x})"
     if off["drains"] != 0:
-        return f"{off['drains']} drains without GMLAKE_DRAIN_US"
+        return f"{off['drains']} drains with GMLAKE_DRAIN_US=off"
     print(json.dumps({"case": "drain-same-decisions", "peak_reserved": off["peak_reserved"],
-                      "drained_frees": {d: runs[d]["drained_frees"] for d in ("0", "20")}}))
+                      "drained_frees": {"default (0)": runs[None]["drained_frees"], "20": runs["20"]["drained_frees"]}}))
     return None
 
 
@@ -594,6 +597,29 @@ def front_cache_fuzz(ops=20000, seed=11):
     return None
 
 
+def threading_auto():
+    """GMLAKE_THREADING=auto (the default): a Locker per call on one CPU, one JS thread where
+    the process may use enough CPUs; stats() says which; a bad name is refused."""
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    if gmlake_torch.usable_cpus() != 1 or gmlake_torch.resolve_threading() != "locker":
+        return f"one CPU: {gmlake_torch.usable_cpus()} usable, auto chose {gmlake_torch.resolve_threading()}"
+    try:
+        gmlake_torch.resolve_threading("fibres")
+        return "threading='fibres' accepted"
+    except gmlake_torch.GmlakeError as e:
+        if "threading must be one of auto, locker, thread, not 'fibres'" not in str(e):
+            return f"the error does not name the choices: {e}"
+    gmlake_torch._AUTO_THREAD_CPUS = 1  # as if this machine had the CPUs: auto takes the JS thread
+    gmlake_torch.start("vms", driver="host")
+    st, addr = gmlake_torch._native.try_alloc(MiB, 0)
+    gmlake_torch._native.free(addr, MiB, 0)
+    s = gmlake_torch.stats()
+    if st != 0 or s["threading"] != "thread":
+        return f"auto with enough CPUs: alloc status {st}, stats() threading {s['threading']}"
+    print(json.dumps({"case": "threading-auto", "one_cpu": "locker", "enough_cpus": s["threading"]}))
+    return None
+
+
 def expect_start_error(pattern, **kw):
     for attempt in (1, 2):  # a failed start fails again the same way, it never crashes
         try:
@@ -755,8 +781,9 @@ CASES = {
     "front-cache-too-big": lambda: expect_start_error("frontCacheEntries takes a whole number from 0 to 256, not 300", policy="vms",
                                                      driver="host", front_cache_entries=300),
     "drain-same-decisions": drain_same_decisions,
+    "threading-auto": threading_auto,
     "drain-locker": lambda: expect_start_error("GMLAKE_DRAIN_US needs GMLAKE_THREADING=thread", policy="vms", driver="host"),
-    "drain-env": lambda: expect_start_error("GMLAKE_DRAIN_US takes microseconds (a number >= 0), not 'soon'", policy="vms",
+    "drain-env": lambda: expect_start_error("GMLAKE_DRAIN_US takes microseconds (a number >= 0), not 'soon' (or off)", policy="vms",
                                             driver="host", threading="thread"),
     "spin-env": lambda: expect_start_error("GMLAKE_SPIN_US takes microseconds (a number >= 0), not '-5'", policy="vms",
                                            driver="host", threading="thread"),
@@ -766,16 +793,14 @@ for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "lock
 CASES["stress:vms-one-stream-reuse:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "false"})
 for _t in ("locker", "thread"):
     CASES[f"stress:vms-front-cache:{_t}"] = (lambda t: (lambda: stress("vms", t, front_cache_entries=64, sizes="step")))(_t)
-# GMLAKE_DRAIN_US=0: the JS thread hands each free over as soon as it sees it (alone, and with the front cache's evictions)
-CASES["stress:vms-drain:thread"] = lambda: stress("vms", "thread", sizes="step", drains=True)
-CASES["stress:vms-drain-front-cache:thread"] = lambda: stress("vms", "thread", front_cache_entries=64, sizes="step", drains=True)
+# one JS thread that leaves queued frees for the next call (GMLAKE_DRAIN_US=off), as before the drains
+CASES["stress:vms-no-drain:thread"] = lambda: stress("vms", "thread")
 ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times": {"GMLAKE_TIME_CALLS": "1"},
        # one JS thread: "enter" is the hand-off (the post to the JS thread's pick-up)
        "call-times:thread": {"GMLAKE_TIME_CALLS": "1", "GMLAKE_THREADING": "thread"},
        "call-times:total": {"GMLAKE_TIME_CALLS": "total"},
        "front-cache-env": {"GMLAKE_FRONT_CACHE_ENTRIES": "lots"},
-       "stress:vms-drain:thread": {"GMLAKE_DRAIN_US": "0"},
-       "stress:vms-drain-front-cache:thread": {"GMLAKE_DRAIN_US": "0"},
+       "stress:vms-no-drain:thread": {"GMLAKE_DRAIN_US": "off"},
        "drain-locker": {"GMLAKE_DRAIN_US": "0"},
        "drain-env": {"GMLAKE_DRAIN_US": "soon"},
        "spin-env": {"GMLAKE_SPIN_US": "-5"},

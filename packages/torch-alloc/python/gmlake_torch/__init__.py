@@ -9,7 +9,7 @@
 Every alloc and free of PyTorch goes synchronously to @gmlake/stitch running in Node,
 which libgmlake_torch_alloc.so embeds (Debian's libnode, Node 18.20). Settings come from
 the call, else from the environment: GMLAKE_POLICY, GMLAKE_KNOBS ("k=v,k=v" or JSON),
-GMLAKE_DRIVER (cuda | host | sim), GMLAKE_THREADING (locker | thread),
+GMLAKE_DRIVER (cuda | host | sim), GMLAKE_THREADING (auto | locker | thread),
 GMLAKE_POLICY_MODULE, GMLAKE_RECORD (1: keep the history for snapshot()),
 GMLAKE_RECORD_MAX_ENTRIES (the history's bound), GMLAKE_CAPTURE_CHECK (always: ask the
 driver about CUDA-graph capture on every call), GMLAKE_TIME_CALLS (1: stats() says the
@@ -27,6 +27,8 @@ __all__ = ["enable", "start", "stats", "snapshot", "empty_cache", "close", "Gmla
 
 _PKG = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 _THREADING = {"locker": 0, "thread": 1}
+# "auto" (the default): one JS thread where the process may use this many CPUs, else a Locker per call
+_AUTO_THREAD_CPUS = 4
 _TEXT_STATS, _TEXT_SNAPSHOT, _TEXT_CLOSE = 1, 2, 4
 
 
@@ -50,6 +52,7 @@ class _Native:
         except OSError as e:
             raise GmlakeError(f"gmlake: cannot load {path}: {e}") from None
         self.path = path
+        self.threading = None  # set by the first start(): locker or thread
         self.lib = lib
         lib.gmlake_start.argtypes = [ctypes.c_char_p, ctypes.c_int]
         lib.gmlake_start.restype = ctypes.c_int
@@ -152,14 +155,46 @@ def _front_cache_entries(value):
     return 0 if n is None else n
 
 
+def usable_cpus():
+    """The CPUs this process may run on: its affinity mask, bounded by a cgroup's CPU quota
+    (a container's limit, which the mask does not show)."""
+    n = len(os.sched_getaffinity(0))
+    quota = None
+    try:  # cgroup v2: "max 100000" or "<quota> <period>"
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            q, p = f.read().split()[:2]
+            if q != "max":
+                quota = int(q) / int(p)
+    except (OSError, ValueError):
+        try:  # cgroup v1
+            with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f, open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as g:
+                q, p = int(f.read()), int(g.read())
+                if q > 0 and p > 0:
+                    quota = q / p
+        except (OSError, ValueError):
+            pass
+    return n if quota is None else max(1, min(n, int(quota)))
+
+
+def resolve_threading(threading=None):
+    """locker or thread: the argument, else $GMLAKE_THREADING, else auto. auto: one JS thread
+    (it spins a core while the job allocates, and cut the host time inside training on the
+    H200: README "Threading") where the process may use at least 4 CPUs, else a Locker per
+    call (two spinning threads on rationed CPUs stall each other)."""
+    threading = threading or os.environ.get("GMLAKE_THREADING") or "auto"
+    if threading == "auto":
+        return "thread" if usable_cpus() >= _AUTO_THREAD_CPUS else "locker"
+    if threading not in _THREADING:
+        raise GmlakeError(f"gmlake: threading must be one of auto, {', '.join(_THREADING)}, not {threading!r}")
+    return threading
+
+
 def start(policy=None, *, driver=None, threading=None, policy_module=None, record=None, record_max_entries=None,
           device=0, capacity_bytes=None, check_invariants=False, front_cache_entries=None, **knobs):
     """Starts the engine in this process without touching PyTorch (enable() uses it; so do
     tests that stand in for PyTorch). Returns the native handle. Raises GmlakeError."""
     global _native
-    threading = threading or os.environ.get("GMLAKE_THREADING", "locker")
-    if threading not in _THREADING:
-        raise GmlakeError(f"gmlake: threading must be one of {', '.join(_THREADING)}, not {threading!r}")
+    threading = resolve_threading(threading)
     config = {
         "policy": policy or os.environ.get("GMLAKE_POLICY", "vms"),
         "driver": driver or os.environ.get("GMLAKE_DRIVER", "cuda"),
@@ -182,6 +217,8 @@ def start(policy=None, *, driver=None, threading=None, policy_module=None, recor
     if _native is None:
         _native = _Native(library_path())
     _native.start(config, threading)
+    if getattr(_native, "threading", None) is None:  # Node starts once: the first start's design stays
+        _native.threading = threading
     return _native
 
 
@@ -305,6 +342,7 @@ def stats():
         if timed == 1:
             st["call_time_us"].update(enter=t[4] / 1000, prepare=t[5] / 1000, js=t[6] / 1000)
             st["num_calls"]["js"] = int(t[7])
+    st["threading"] = native.threading  # the design in use (auto resolved at start)
     return st
 
 
