@@ -609,6 +609,22 @@ def threading_auto():
     except gmlake_torch.GmlakeError as e:
         if "threading must be one of auto, locker, thread, not 'fibres'" not in str(e):
             return f"the error does not name the choices: {e}"
+    with tempfile.TemporaryDirectory() as d:  # a container's quota: cgroup v2's cpu.max, v1's cfs files
+        v2, v1 = os.path.join(d, "v2"), os.path.join(d, "v1")
+        os.makedirs(v2)
+        os.makedirs(v1)
+        got = []
+        for text in ("200000 100000", "max 100000"):
+            with open(os.path.join(v2, "cpu.max"), "w") as f:
+                f.write(text + "\n")
+            got.append(gmlake_torch._cgroup_quota(v2))
+        for name, value in (("cpu.cfs_quota_us", "350000"), ("cpu.cfs_period_us", "100000")):
+            with open(os.path.join(v1, name), "w") as f:
+                f.write(value + "\n")
+        got.append(gmlake_torch._cgroup_quota(v1))
+        got.append(gmlake_torch._cgroup_quota(os.path.join(d, "none")))
+        if got != [2.0, None, 3.5, None]:
+            return f"cgroup quotas read as {got}, expected [2.0, None, 3.5, None]"
     gmlake_torch._AUTO_THREAD_CPUS = 1  # as if this machine had the CPUs: auto takes the JS thread
     gmlake_torch.start("vms", driver="host")
     st, addr = gmlake_torch._native.try_alloc(MiB, 0)

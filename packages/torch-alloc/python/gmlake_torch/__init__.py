@@ -23,7 +23,7 @@ import os
 import subprocess
 
 __all__ = ["enable", "start", "stats", "snapshot", "empty_cache", "close", "GmlakeError", "library_path", "build_oom_shim",
-           "build_pair_bench"]
+           "build_pair_bench", "usable_cpus", "resolve_threading"]
 
 _PKG = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 _THREADING = {"locker": 0, "thread": 1}
@@ -156,24 +156,57 @@ def _front_cache_entries(value):
 
 
 def usable_cpus():
-    """The CPUs this process may run on: its affinity mask, bounded by a cgroup's CPU quota
-    (a container's limit, which the mask does not show)."""
+    """The CPUs this process may run on: its affinity mask, bounded by the CPU quotas of its
+    cgroup and the cgroups above it (a container's limit, which the mask does not show)."""
     n = len(os.sched_getaffinity(0))
-    quota = None
-    try:  # cgroup v2: "max 100000" or "<quota> <period>"
-        with open("/sys/fs/cgroup/cpu.max") as f:
+    quotas = []
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":  # cgroup v2: cpu.max is "max <period>" or "<quota> <period>"
+            root = "/sys/fs/cgroup"
+        elif "cpu" in parts[1].split(","):  # cgroup v1
+            root = None
+            for r in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"):
+                if os.path.isdir(r):
+                    root = r
+                    break
+            if root is None:
+                continue
+        else:
+            continue
+        path = parts[2].strip("/")
+        while True:
+            d = os.path.join(root, path) if path else root
+            q = _cgroup_quota(d)
+            if q is not None:
+                quotas.append(q)
+            if not path:
+                break
+            path = os.path.dirname(path)
+    return max(1, min([n] + [int(q) for q in quotas]))
+
+
+def _cgroup_quota(d):
+    """The CPUs a cgroup folder's quota allows, or None (no quota, or no such folder)."""
+    try:
+        with open(os.path.join(d, "cpu.max")) as f:
             q, p = f.read().split()[:2]
-            if q != "max":
-                quota = int(q) / int(p)
+            return None if q == "max" else int(q) / int(p)
     except (OSError, ValueError):
-        try:  # cgroup v1
-            with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f, open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as g:
-                q, p = int(f.read()), int(g.read())
-                if q > 0 and p > 0:
-                    quota = q / p
-        except (OSError, ValueError):
-            pass
-    return n if quota is None else max(1, min(n, int(quota)))
+        pass
+    try:
+        with open(os.path.join(d, "cpu.cfs_quota_us")) as f, open(os.path.join(d, "cpu.cfs_period_us")) as g:
+            q, p = int(f.read()), int(g.read())
+            return q / p if q > 0 and p > 0 else None
+    except (OSError, ValueError):
+        return None
 
 
 def resolve_threading(threading=None):
@@ -268,7 +301,9 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
 
     policy: a built-in (caching, expandable, gmlake, vms) or one registered by policy_module;
     knobs: the policy's options (numbers, booleans, strings; text takes the knob's type).
-    record: keep the engine's history for snapshot() (default $GMLAKE_RECORD, else off:
+    threading: how PyTorch's threads reach the engine (default $GMLAKE_THREADING, else auto:
+    one JS thread where the process may use at least 4 CPUs, else a Locker per call;
+    resolve_threading()). record: keep the engine's history for snapshot() (default $GMLAKE_RECORD, else off:
     it costs about half of each call). record_max_entries: the history keeps the last this
     many events, the oldest dropped, as PyTorch's _record_memory_history(max_entries=...)
     (default $GMLAKE_RECORD_MAX_ENTRIES, else 1,000,000; 0 = no bound).
