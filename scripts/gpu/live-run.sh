@@ -245,6 +245,8 @@ step_micro() {
   done
   # the capture check the old way (cuStreamIsCapturing on every alloc and free), beside the default
   run "micro-vms-capture-always" 45 env GMLAKE_CAPTURE_CHECK=always "$python" scripts/gpu/live_checks.py micro --policy vms --pairs 200000
+  # both threadings (the default, auto, is one JS thread on this host's 16 CPUs)
+  run "micro-vms-locker" 45 env GMLAKE_THREADING=locker "$python" scripts/gpu/live_checks.py micro --policy vms --pairs 200000
 }
 
 step_threading() {
