@@ -148,6 +148,23 @@ export class Allocator {
     return b === null ? null : this.served(b, size, stream);
   }
 
+  /** The policy can say where a malloc would land (PolicyInstance.peekCached). */
+  get peeks(): boolean {
+    return typeof this.instance.peekCached === "function";
+  }
+
+  /**
+   * The address tryMalloc(size, stream) would return now, when the policy would serve it from
+   * free memory of this stream (PolicyInstance.peekCached); null otherwise, and always while
+   * frees wait on events (tryMalloc first completes those whose events are done). Changes
+   * nothing.
+   */
+  peekCached(size: number, stream = 0): number | null {
+    const m = this.instance.peekCached;
+    if (m === undefined || this.closed || this.deferred.length > 0 || !(size >= 0) || !Number.isSafeInteger(size) || !Number.isSafeInteger(stream)) return null;
+    return m.call(this.instance, size, stream);
+  }
+
   private checkMallocArgs(size: number, stream: number): void {
     if (this.closed) throw new StitchError("CLOSED", `malloc(${size}) after close(): this allocator holds no memory any more`);
     if (!(size >= 0) || !Number.isSafeInteger(size)) {

@@ -28,6 +28,14 @@ export interface PolicyInstance {
    * mallocCached first and gives its blocks back before the engine calls malloc.
    */
   mallocCached?(size: number, stream: number): Block | null;
+  /**
+   * Optional: the address malloc(size, stream) would hand out now, when it would serve it from
+   * this stream's free memory with no driver call and no wait on another stream; null when it
+   * would do anything else. Changes nothing: the same malloc right after returns a block at
+   * that address. @gmlake/torch-alloc's JS thread asks it ahead of the request it expects, so a
+   * caller whose request was foreseen takes the answer without waiting (speculate).
+   */
+  peekCached?(size: number, stream: number): number | null;
   /** The block's free completed (free_completed): take it back (merge, pool, maybe release). */
   free(block: Block): void;
   /** torch.cuda.empty_cache(): release cached memory that no live block uses. */

@@ -13,7 +13,8 @@
  * tight and a roomy capacity; out-of-memory returned as null, then recovered; and a
  * teardown that leaves no handle, mapping, segment or reservation, with the driver's free
  * memory back where it was. A policy with mallocCached has a third of its mallocs asked
- * that way first, which must make no driver call on memory. No test framework needed: it
+ * that way first, which must make no driver call on memory; a policy with peekCached is asked
+ * before every other malloc, which must then land where it said. No test framework needed: it
  * throws, or returns a report.
  */
 import { createDriver, cudaAvailable, DRIVER_CALLS, mulberry32, SimDriver, withCapacity, type VmmDriver } from "@gmlake/vmm";
@@ -105,6 +106,21 @@ function cachedMalloc(a: Allocator, size: number, stream: number): Block | null 
   return b;
 }
 
+/** peekCached (optional): no driver call, nothing counted, and the malloc right after lands where it said. */
+function peekedMalloc(a: Allocator, size: number, stream: number): Block | null {
+  const d = a.ctx.driver;
+  const calls = d.stats().totalCalls;
+  const { reservedBytes, allocatedBytes, allocations } = a.stats;
+  const p = a.peekCached(size, stream);
+  if (d.stats().totalCalls !== calls) fail(`peekCached(${size}) made ${d.stats().totalCalls - calls} driver call(s): it must change nothing`);
+  if (a.stats.reservedBytes !== reservedBytes || a.stats.allocatedBytes !== allocatedBytes || a.stats.allocations !== allocations) {
+    fail(`peekCached(${size}) changed the books`);
+  }
+  const b = a.tryMalloc(size, stream);
+  if (p !== null && b?.addr !== p) fail(`peekCached(${size}, stream ${stream}) said 0x${p.toString(16)}, then malloc served ${b === null ? "nothing" : "0x" + b.addr.toString(16)}`);
+  return b;
+}
+
 /** `ops` random operations on three streams: mallocs, frees (a fifth of them completed later), flushes, empty_cache. */
 function mix(a: Allocator, r: () => number, ops: number, sizeOf: (r: () => number) => number): void {
   const streams = [0, 0x5a5a00, 0x7b7b00];
@@ -117,7 +133,8 @@ function mix(a: Allocator, r: () => number, ops: number, sizeOf: (r: () => numbe
         const n = sizeOf(r);
         const stream = streams[Math.floor(r() * streams.length)]!;
         // mallocCached (optional): served from what the policy holds, no driver call on memory
-        const b = a.servesCached && r() < 0.3 ? (cachedMalloc(a, n, stream) ?? a.tryMalloc(n, stream)) : a.tryMalloc(n, stream);
+        const plain = a.peeks ? peekedMalloc : (x: Allocator, s: number, st: number) => x.tryMalloc(s, st);
+        const b = a.servesCached && r() < 0.3 ? (cachedMalloc(a, n, stream) ?? plain(a, n, stream)) : plain(a, n, stream);
         if (b !== null) live.push(b);
       } else if (x < 0.9) {
         const j = Math.floor(r() * live.length);

@@ -7,7 +7,7 @@
 // the program's empty_cache calls are made too.
 //   node bench/live-replay.mjs [--trace gpt2_ft] [--policy vms] [--reps 5] [--warmup 1]
 //                              [--streams recorded|one] [--record false|true] [--knobs JSON]
-//                              [--evict-kib N] [--front-cache N [--recall]] [--drain]
+//                              [--evict-kib N] [--front-cache N [--recall]] [--drain [--speculate K]]
 // Prints one JSON line: ns per alloc+free pair over the whole trace and over its second
 // half (the steady state; an alloc's share of the frees and empty_cache calls with it), best
 // and median of the reps (each rep a fresh bridge; warm-up reps first, not counted), and what
@@ -28,6 +28,12 @@
 // --drain: the JS thread's free draining (GMLAKE_THREADING=thread): each free is handed to
 // the engine by an untimed OP_FLUSH as soon as it is queued, as the JS thread does while it
 // waits for the next request, so a timed call finds no free to take first.
+// --speculate K (with --drain): GMLAKE_SPECULATE=K as embed.cc does it: after each call and
+// each drain the JS thread asks the engine where the allocation it expects next would land
+// (engine.peekCached; expected: the one that followed the same last k allocations, sizes and
+// streams, the last time, k = K .. 1), and an allocation that was foreseen takes that answer
+// with no call (not timed; the JS thread is assumed to be done before it comes); the engine
+// then makes it (checked: at the same address). "decided" counts the hits.
 // Profile with `node --cpu-prof --cpu-prof-dir=prof bench/live-replay.mjs ...`.
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -64,6 +70,7 @@ const { values } = parseArgs({
     "front-cache": { type: "string", default: "0" },
     recall: { type: "boolean", default: false },
     drain: { type: "boolean", default: false },
+    speculate: { type: "string", default: "0" },
   },
 });
 const reps = Number(values.reps);
@@ -85,6 +92,15 @@ if (values.recall && frontCache === 0) {
 }
 if (!(Number.isInteger(frontCache) && frontCache >= 0 && frontCache <= FRONT_CACHE_MAX_ENTRIES)) {
   console.error(`live-replay: --front-cache takes a whole number from 0 to ${FRONT_CACHE_MAX_ENTRIES}`);
+  process.exit(2);
+}
+const specK = Number(values.speculate);
+if (!(Number.isInteger(specK) && specK >= 0 && specK <= 8)) {
+  console.error("live-replay: --speculate takes a whole number from 0 (off) to 8");
+  process.exit(2);
+}
+if (specK > 0 && (!values.drain || frontCache > 0)) {
+  console.error("live-replay: --speculate needs --drain (and no --front-cache)");
   process.exit(2);
 }
 let knobs;
@@ -207,6 +223,20 @@ async function rep() {
     return r;
   };
   const invoke = junk === null ? untimed : timed;
+  // --speculate: what the JS thread expects next, and where the engine would put it
+  const succ = new Map(); // the last k allocations' keys, joined -> the allocation that followed
+  const hist = [];
+  let spec = null;
+  let specHits = 0;
+  const speculate = () => {
+    spec = null;
+    if (specK === 0 || queued > 0) return;
+    let next;
+    for (let k = hist.length; k >= 1 && next === undefined; k--) next = succ.get(hist.slice(hist.length - k).join("|"));
+    if (next === undefined) return;
+    const addr = bridge.live.allocator.peekCached(next[0], next[1]);
+    if (addr !== null) spec = { size: next[0], stream: next[1], addr };
+  };
   const t0 = process.hrtime.bigint();
   let tMid = t0;
   for (let j = 0; j < ops; j++) {
@@ -230,6 +260,20 @@ async function rep() {
           continue;
         }
       }
+      if (specK > 0) {
+        const hit = spec !== null && spec.size === sz && spec.stream === st && queued === 0;
+        for (let k = 1; k <= hist.length; k++) succ.set(hist.slice(hist.length - k).join("|"), [sz, st]);
+        hist.push(`${sz}:${st}`);
+        if (hist.length > specK) hist.shift();
+        if (hit) {
+          const p = untimed(OP_ALLOC, sz, device, st); // the JS thread makes it after the caller took it
+          if (p !== spec.addr) throw new Error(`live-replay: speculated 0x${spec.addr.toString(16)} for alloc(${sz}), the engine made 0x${p.toString(16)}`);
+          addrOf[slot[j]] = p;
+          specHits++;
+          speculate();
+          continue;
+        }
+      }
       if (values.recall && held.length > 0) heldNextToFree();
       let p = held.length > 0 ? invoke(OP_ALLOC_CACHED, sz, device, st) : invoke(OP_ALLOC, sz, device, st);
       if (p === STATUS_NOT_CACHED) {
@@ -238,6 +282,7 @@ async function rep() {
       }
       if (p < 0) throw new Error(`live-replay: alloc(${sz}) failed: ${bridge.text(3, "")}`);
       addrOf[slot[j]] = p;
+      speculate();
     } else if (k === OP_K_FREE) {
       if (queued === FREE_QUEUE_SLOTS) invoke(OP_FLUSH, 0, 0, 0);
       const s = slot[j];
@@ -247,7 +292,10 @@ async function rep() {
       } else {
         enqueue(addrOf[s], sizeOf[s], streamOf[s]);
       }
-      if (values.drain && queued > 0) untimed(OP_FLUSH, 0, 0, 0);
+      if (values.drain && queued > 0) {
+        untimed(OP_FLUSH, 0, 0, 0);
+        speculate();
+      }
     } else {
       giveBack();
       invoke(OP_EMPTY_CACHE, 0, 0, 0);
@@ -267,6 +315,7 @@ async function rep() {
   const decided = {
     ...(frontCache > 0 ? { front_cache_hits: hits } : {}),
     ...(values.recall ? { front_cache_recalls: recalls } : {}),
+    ...(specK > 0 ? { speculated_hits: specHits } : {}),
     addresses_hash: (h >>> 0).toString(16),
     peak_reserved_bytes: st["reserved_bytes.all.peak"],
     reserved_bytes: st["reserved_bytes.all.current"],
@@ -304,6 +353,7 @@ console.log(
     evict_kib: evictKib,
     front_cache_entries: frontCache,
     drain: values.drain,
+    speculate: specK,
     pairs: allocs,
     still_live_at_end: stillLive,
     reps,

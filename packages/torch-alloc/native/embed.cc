@@ -80,6 +80,41 @@ double g_drainUs = -1;
 alignas(64) std::atomic<uint32_t> g_freePending{0};
 double g_drains = 0, g_drainedFrees = 0;
 bool g_draining = false;  // the JS thread's hand-over in progress (read by HandOverFrees on that thread)
+bool g_ownCall = false;   // a call the JS thread makes for itself (a drain, a peek): nobody's call, not timed
+
+// GMLAKE_SPECULATE=K (one JS thread only; 0, the default: off): once the JS thread is idle it
+// foresees the next allocation from the last K (the same sizes and streams that followed them
+// the last time) and asks the engine where it would land (kOpPeek: no change). An alloc that
+// matches takes that address at once, without the hand-off, while nothing happened in between
+// (no free queued, no call into JS: the engine's state is the one the peek saw), and queues the
+// allocation so that the engine makes it, at that address, before anything after it (the
+// bridge checks). Under g_freeMutex: g_spec, g_reqLog (every alloc, in the order callers took
+// the mutex, for the JS thread to learn from) and the two counters.
+struct Req {
+  double size, stream;
+};
+struct Spec {
+  bool valid;
+  double size, stream, addr;
+};
+constexpr int kSpecMaxContext = 8;
+std::atomic<int> g_specContext{0};
+bool g_bridgePeeks = false;  // the policy has peekCached
+Spec g_spec{false, 0, 0, 0};
+std::vector<Req> g_reqLog;
+double g_speculations = 0, g_specHits = 0;
+// The JS thread's own: which allocation follows the last k ones (k = K .. 1), in a
+// direct-mapped table (a collision only makes a wrong guess, which the caller's exact match
+// turns into a miss), the last K allocations, and g_reqLog taken over.
+constexpr size_t kSpecSlots = size_t{1} << 16;
+struct SpecSlot {
+  uint64_t tag;  // 0: empty
+  Req next;
+};
+std::vector<SpecSlot> g_specTable;
+Req g_hist[kSpecMaxContext];
+int g_histLen = 0;
+std::vector<Req> g_learn;
 
 // The front cache (embed.h), all under g_freeMutex. A held block stays allocated in the
 // engine's books; `g_live` knows every block the engine handed out (its size and stream at
@@ -288,13 +323,28 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
         entries->IsNumber() &&
         bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "device")).ToLocal(&device) && device->IsNumber()) {
       double n = entries.As<Number>()->Value();
+      g_device = device.As<Number>()->Value();
       if (n > 0 && n <= kFrontCacheMaxEntries) {
-        g_device = device.As<Number>()->Value();
         g_held.reserve(static_cast<size_t>(n) + 1);
         g_live.reserve(16384);
         g_frontCacheEntries.store(static_cast<size_t>(n));
       }
     }
+    Local<Value> peeks;
+    g_bridgePeeks = bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "peeks")).ToLocal(&peeks) && peeks->IsTrue();
+  }
+  if (g_specContext.load() > 0) {
+    if (!g_bridgePeeks) {
+      *err = "GMLAKE_SPECULATE needs a policy that can say where an allocation would land (peekCached; vms can)";
+      return false;
+    }
+    if (g_frontCacheEntries.load() != 0) {
+      *err = "GMLAKE_SPECULATE and the front cache (frontCacheEntries) do not go together: the cache's held blocks are outside the engine's state the answers are worked out from";
+      return false;
+    }
+    g_specTable.assign(kSpecSlots, SpecSlot{0, {0, 0}});
+    g_reqLog.reserve(4096);
+    g_learn.reserve(4096);
   }
   Local<Value> attachCall, slotCall;
   if (!bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "attachCallSlots")).ToLocal(&attachCall) ||
@@ -316,6 +366,7 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
 // Holding the isolate: the queued frees into the slots JS reads at its next call.
 void HandOverFrees() {
   std::lock_guard<std::mutex> lock(g_freeMutex);
+  g_spec.valid = false;  // the engine's state changes from here on: a foreseen answer no longer holds
   size_t n = g_freeQueue.size();
   // The queue holds at most kFreeQueueSlots frees plus one cache given back (a free that finds
   // it fuller hands it over first). Should it ever hold more, the rest waits for the next call.
@@ -323,13 +374,15 @@ void HandOverFrees() {
   size_t take = n < kRoom ? n : kRoom;
   if (g_draining && take > 0) {
     g_drains += 1;
-    g_drainedFrees += static_cast<double>(take / 3);
+    for (size_t i = 1; i < take; i += 3) g_drainedFrees += g_freeQueue[i] >= 0 ? 1 : 0;  // not the foreseen allocations
   }
   g_freeSlots[2] = g_frontCacheHits;
   g_freeSlots[3] = g_frontCacheHitBytes;
   g_freeSlots[4] = g_frontCachePasses;
   g_freeSlots[5] = g_drains;
   g_freeSlots[6] = g_drainedFrees;
+  g_freeSlots[7] = g_speculations;
+  g_freeSlots[8] = g_specHits;
   if (n == 0) return;
   std::memcpy(g_freeSlots + kFreeQueueHeader, g_freeQueue.data(), take * sizeof(double));
   g_freeSlots[0] = static_cast<double>(take / 3);
@@ -429,7 +482,7 @@ double CallJs(int op, double a, double b, double c, std::string* err) {
   g_callSlots[1] = a;
   g_callSlots[2] = b;
   g_callSlots[3] = c;
-  const bool timed = g_timeParts && !g_draining;  // the JS thread's own hand-overs are nobody's call
+  const bool timed = g_timeParts && !g_ownCall;  // the JS thread's own drains and peeks are nobody's call
   uint64_t tJs = timed ? NowNs() : 0;
   if (g_slotCall->Get(g_isolate)->Call(ctx, v8::Undefined(g_isolate), 0, nullptr).IsEmpty()) {
     *err = "gmlake allocator: " + Describe(g_isolate, tc);
@@ -513,11 +566,73 @@ double g_spinUs = 1000;
 // of its own). The engine takes the same frees in the same order before the same alloc as
 // without it, so it decides the same; only the work moves off the caller's wait.
 void DrainFrees() {
-  g_draining = true;
+  g_draining = g_ownCall = true;
   std::string err;
   double r = CallJs(kOpFlush, 0, 0, 0, &err);
-  g_draining = false;
+  g_draining = g_ownCall = false;
   if (r < 0) std::fprintf(stderr, "gmlake: handing queued frees to the engine failed: %s\n", err.c_str());
+}
+
+// ---- GMLAKE_SPECULATE's foresight (the JS thread only) --------------------------------------
+
+uint64_t MixIn(uint64_t h, double x) {
+  uint64_t v;
+  std::memcpy(&v, &x, sizeof v);
+  return (h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))) * 0xff51afd7ed558ccdull;
+}
+uint64_t ContextTag(int k) {
+  uint64_t h = static_cast<uint64_t>(k);
+  for (int i = g_histLen - k; i < g_histLen; i++) h = MixIn(MixIn(h, g_hist[i].size), g_hist[i].stream);
+  // the table takes the low bits, which the products above barely move (sizes differ in high bits)
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 29;
+  return h | 1;
+}
+void Learn(const Req& r) {
+  for (int k = 1; k <= g_histLen; k++) {
+    uint64_t t = ContextTag(k);
+    g_specTable[t & (kSpecSlots - 1)] = {t, r};
+  }
+  if (g_histLen == g_specContext.load(std::memory_order_relaxed)) {
+    std::memmove(g_hist, g_hist + 1, sizeof(Req) * static_cast<size_t>(g_histLen - 1));
+    g_histLen--;
+  }
+  g_hist[g_histLen++] = r;
+}
+bool Foresee(Req* out) {
+  for (int k = g_histLen; k >= 1; k--) {
+    uint64_t t = ContextTag(k);
+    const SpecSlot& sl = g_specTable[t & (kSpecSlots - 1)];
+    if (sl.tag == t) {
+      *out = sl.next;
+      return true;
+    }
+  }
+  return false;
+}
+
+// After each of its calls and drains: learn the allocations since, foresee the next, peek.
+void Speculate() {
+  if (g_specContext.load(std::memory_order_relaxed) == 0) return;
+  bool queued;
+  {
+    std::lock_guard<std::mutex> lock(g_freeMutex);
+    g_learn.swap(g_reqLog);
+    queued = !g_freeQueue.empty();
+  }
+  for (const Req& r : g_learn) Learn(r);
+  g_learn.clear();
+  Req next;
+  if (queued || !Foresee(&next)) return;  // frees first (a drain follows, then this again)
+  g_ownCall = true;
+  std::string err;
+  double addr = CallJs(kOpPeek, next.size, g_device, next.stream, &err);
+  g_ownCall = false;
+  if (addr <= 0) return;
+  std::lock_guard<std::mutex> lock(g_freeMutex);
+  g_spec = {true, next.size, next.stream, addr};
+  g_speculations += 1;
 }
 
 void JsThreadMain(std::string boot, std::string config, std::mutex* m, std::condition_variable* cv, bool* ready,
@@ -547,6 +662,7 @@ void JsThreadMain(std::string boot, std::string config, std::mutex* m, std::cond
           if (pendingSince < 0) pendingSince = now;
           if (now - pendingSince >= g_drainUs) {
             DrainFrees();
+            Speculate();
             pendingSince = -1;
             t0 = NowUs();  // frees coming in: the job is busy, keep spinning
             continue;
@@ -574,6 +690,7 @@ void JsThreadMain(std::string boot, std::string config, std::mutex* m, std::cond
     }
     g_box.done.store(seen, std::memory_order_seq_cst);
     if (g_box.callerSleeping.load(std::memory_order_seq_cst)) Futex(&g_box.done, FUTEX_WAKE, 1);
+    Speculate();
   }
 }
 
@@ -644,6 +761,18 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
   bool drainOff = drain != nullptr && std::strcmp(drain, "off") == 0;
   if (drain != nullptr && !drainOff && threading != kThreadingThread) {
     return fail("GMLAKE_DRAIN_US needs GMLAKE_THREADING=thread: with a Locker per call no thread waits to hand frees over");
+  }
+  if (const char* k = std::getenv("GMLAKE_SPECULATE")) {
+    char* end = nullptr;
+    long v = std::strtol(k, &end, 10);
+    if (*k == '\0' || *end != '\0' || v < 0 || v > kSpecMaxContext) {
+      return fail(std::string("GMLAKE_SPECULATE takes how many allocations the foresight looks back on, 0 (off) to ") +
+                  std::to_string(kSpecMaxContext) + ", not '" + k + "'");
+    }
+    if (v > 0 && threading != kThreadingThread) {
+      return fail("GMLAKE_SPECULATE needs GMLAKE_THREADING=thread: only a waiting JS thread works answers out ahead");
+    }
+    g_specContext.store(static_cast<int>(v));
   }
   if (threading == kThreadingThread && !drainOff) {
     g_drainUs = 0;  // the default with one JS thread: each free handed over as soon as it is seen
@@ -755,6 +884,18 @@ extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
       if (r < 0) return r;
     }
   }
+  if (op == kOpAlloc && g_specContext.load(std::memory_order_relaxed) != 0) {
+    std::lock_guard<std::mutex> lock(g_freeMutex);
+    if (g_reqLog.size() >= 4096) g_reqLog.clear();  // the JS thread slept through them: start learning again
+    g_reqLog.push_back({a, c});
+    // foreseen, and nothing since the peek: the engine would answer exactly this
+    if (g_spec.valid && g_spec.size == a && g_spec.stream == c && b == g_device && g_freeQueue.empty()) {
+      g_spec.valid = false;
+      g_specHits += 1;
+      QueueLocked(g_spec.addr, -a, c);
+      return g_spec.addr;
+    }
+  }
   if (frontCache) {
     if (op == kOpAlloc) return AllocFrontCached(a, b, c);
     if (op == kOpEmptyCache) {
@@ -785,6 +926,12 @@ extern "C" char* gmlake_embed_text(int op, const char* arg) {
   if (op == kTextLastError) return strdup(t_lastError.c_str());
   if (!g_started) return strdup("gmlake allocator: not started");
   std::string a = arg != nullptr ? arg : "";
+  if (op == kTextClose) {
+    // nothing is foreseen after close (the engine hands nothing out)
+    std::lock_guard<std::mutex> lock(g_freeMutex);
+    g_specContext.store(0);
+    g_spec.valid = false;
+  }
   if (op != kTextFreeErrors && g_frontCacheEntries.load(std::memory_order_relaxed) != 0) {
     // statistics count, snapshots show and close frees what the engine has: the held blocks too
     std::lock_guard<std::mutex> lock(g_freeMutex);

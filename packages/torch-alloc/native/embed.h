@@ -18,6 +18,7 @@ enum GmlakeOp {
   kOpFlush = 6,         // () -> 0: only hands the queued frees over (the queue is full)
   kOpBenchPairs = 7,    // (pairs, 0, stream) -> ns per alloc+free pair timed inside JS (threading_bench's js_pair)
   kOpAllocCached = 8,   // (size, device, stream) -> address from memory the policy holds, or kStatusNotCached
+  kOpPeek = 9,          // (size, device, stream) -> where kOpAlloc would land now (no change), or kStatusNotCached
 };
 
 // Frees need no answer, so gmlake_embed_call(kOpFree) only queues them (no isolate, a
@@ -35,9 +36,12 @@ constexpr int kFrontCacheMaxEntries = 256;
 // The queue's slots: [0] frees queued, [1] of them failed, [2] front-cache hits so far,
 // [3] their bytes, [4] frees it passed to the engine (used on other streams, another size or
 // stream than at the alloc, an address not handed out), [5] hand-overs the JS thread made on
-// its own while it waited (GMLAKE_DRAIN_US), [6] the frees they handed over, then (address,
-// size, stream) for the queue plus a whole cache.
-constexpr int kFreeQueueHeader = 7;
+// its own while it waited (GMLAKE_DRAIN_US), [6] the frees they handed over, [7] answers the
+// JS thread foresaw (GMLAKE_SPECULATE), [8] allocations that took one, then (address, size,
+// stream) for the queue plus a whole cache. An entry with a negative size is an allocation a
+// caller took from a foreseen answer: the engine makes it, at that address, before anything
+// after it.
+constexpr int kFreeQueueHeader = 9;
 constexpr int kFreeQueueLength = kFreeQueueHeader + 3 * (kFreeQueueSlots + kFrontCacheMaxEntries);
 
 // Statuses below 0 returned by the operations.

@@ -7,7 +7,7 @@
  * taken at the start of every call (one isolate entry per alloc+free pair). Ops and
  * statuses are native/embed.h's.
  */
-import { renameSync, writeFileSync } from "node:fs";
+import { renameSync, writeFileSync, writeSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
@@ -24,6 +24,7 @@ import {
   OP_PING,
   OP_FLUSH,
   OP_BENCH_PAIRS,
+  OP_PEEK,
   STATUS_ERROR,
   STATUS_NOT_CACHED,
   TEXT_STATS,
@@ -62,6 +63,8 @@ export interface Bridge {
   readonly frontCacheEntries: number;
   /** The device the allocator serves (the front cache serves only it). */
   readonly device: number;
+  /** The policy can say where an allocation would land (peekCached): what GMLAKE_SPECULATE needs, read by embed.cc at start. */
+  readonly peeks: boolean;
 }
 
 function isPolicy(p: unknown): p is Policy {
@@ -108,11 +111,24 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
   };
   let queue: Float64Array | null = null;
   const freeErrors: string[] = [];
-  /** The frees the native side queued, in their order, before anything else. */
+  /**
+   * The frees the native side queued, in their order, before anything else; an entry with a
+   * negative size is an allocation a caller already took (GMLAKE_SPECULATE: the address the
+   * JS thread peeked for it, with nothing in between), which the engine now makes.
+   */
   const takeFrees = (q: Float64Array): void => {
     const n = q[0]!;
     q[0] = 0;
     for (let i = 0, at = FREE_QUEUE_HEADER; i < n; i++, at += 3) {
+      if (q[at + 1]! < 0) {
+        const got = live.alloc(-q[at + 1]!, q[at + 2]!);
+        if (got !== q[at]!) {
+          // A tensor already uses q[at]: going on could hand its memory out twice.
+          writeSync(2, `gmlake: a foreseen alloc(${-q[at + 1]!}) was handed 0x${q[at]!.toString(16)} but the engine made ${got < 0 ? "none" : "0x" + got.toString(16)}: stopping\n`);
+          process.abort();
+        }
+        continue;
+      }
       try {
         live.free(q[at]!);
       } catch (e) {
@@ -125,6 +141,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
     live,
     frontCacheEntries: live.frontCacheEntries,
     device,
+    peeks: live.allocator.peeks,
     attachFreeQueue(slots) {
       if (!(slots instanceof Float64Array) || slots.length !== FREE_QUEUE_LENGTH) {
         throw new TypeError(`attachFreeQueue: expected a Float64Array of ${FREE_QUEUE_LENGTH} slots`);
@@ -149,6 +166,8 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
             if (op === OP_ALLOC) return live.alloc(a, c);
             return live.allocCached(a, c) ?? STATUS_NOT_CACHED;
           }
+          case OP_PEEK:
+            return b === device ? (live.peek(a, c) ?? STATUS_NOT_CACHED) : STATUS_NOT_CACHED;
           case OP_FREE:
             live.free(a);
             return 0;

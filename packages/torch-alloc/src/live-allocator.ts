@@ -164,6 +164,14 @@ export class LiveAllocator {
   }
 
   /**
+   * Where alloc(size, stream) would land now, when the policy serves it from this stream's
+   * free memory (Allocator.peekCached); null otherwise. Changes nothing.
+   */
+  peek(size: number, stream: number): number | null {
+    return this.closed ? null : this.allocator.peekCached(size, stream);
+  }
+
+  /**
    * An allocation from memory the policy holds (no driver call on memory): its address, or
    * null when the policy would have to grow (the front cache then gives its blocks back).
    */
@@ -250,6 +258,9 @@ export class LiveAllocator {
       // the JS thread's own hand-overs of queued frees while it waited for a request (GMLAKE_DRAIN_US), and the frees in them
       num_free_drains: this.nativeCounts?.[5] ?? 0,
       num_drained_frees: this.nativeCounts?.[6] ?? 0,
+      // GMLAKE_SPECULATE: answers the JS thread worked out ahead of the allocation it expected, and allocations that took one
+      num_speculations: this.nativeCounts?.[7] ?? 0,
+      num_speculation_hits: this.nativeCounts?.[8] ?? 0,
       calls: { ...this.counts },
       driver_calls: d.calls,
       driver_time_us: d.timeUs,

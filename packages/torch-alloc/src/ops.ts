@@ -12,6 +12,8 @@ export const OP_FLUSH = 6;
 export const OP_BENCH_PAIRS = 7;
 /** (size, device, stream) -> an address served from memory the policy holds (no driver call on memory), or STATUS_NOT_CACHED. */
 export const OP_ALLOC_CACHED = 8;
+/** (size, device, stream) -> where OP_ALLOC would land now from the stream's free memory (Allocator.peekCached), or STATUS_NOT_CACHED; changes nothing. */
+export const OP_PEEK = 9;
 export const STATUS_OOM = -1;
 export const STATUS_ERROR = -2;
 /** OP_ALLOC_CACHED: the policy cannot serve it without growing; the front cache gives its blocks back and asks OP_ALLOC. */
@@ -28,8 +30,10 @@ export const FRONT_CACHE_MAX_ENTRIES = 256;
 /**
  * The free queue's header: [0] frees queued, [1] of them failed, [2] front-cache hits so far,
  * [3] their bytes, [4] frees the front cache passed to the engine instead of holding them,
- * [5] hand-overs the JS thread made on its own while it waited (GMLAKE_DRAIN_US), [6] the frees they handed over.
+ * [5] hand-overs the JS thread made on its own while it waited (GMLAKE_DRAIN_US), [6] the frees they handed over,
+ * [7] answers the JS thread foresaw (GMLAKE_SPECULATE), [8] allocations that took one. An entry
+ * with a negative size is such an allocation: the engine makes it, at that address.
  */
-export const FREE_QUEUE_HEADER = 7;
+export const FREE_QUEUE_HEADER = 9;
 /** The free queue's Float64Array: the header, then (address, size, stream) for the queue and a whole front cache given back. */
 export const FREE_QUEUE_LENGTH = FREE_QUEUE_HEADER + 3 * (FREE_QUEUE_SLOTS + FRONT_CACHE_MAX_ENTRIES);

@@ -45,8 +45,13 @@ crash is then a failed case, not a lost run):
   threading-auto               the default design: a Locker per call on one CPU, one JS thread
                                with enough CPUs (stats() says which); a bad name refused
   stress:vms-no-drain:thread   the stress with GMLAKE_DRAIN_US=off (frees wait for the next call)
+  stress:vms-speculate:thread  the stress with GMLAKE_SPECULATE=6 and sizes that repeat in order:
+                               allocations take answers worked out ahead, every block checked
+  speculate-locker, speculate-env, speculate-bad-policy, speculate-front-cache
+                               GMLAKE_SPECULATE refused at start with the reason
   drain-same-decisions         one caller's seeded mix hands out the same addresses with the
-                               drain off, at 0 us (the default) and at 20 us (drains move work)
+                               drain off, at 0 us (the default), at 20 us and with
+                               GMLAKE_SPECULATE=1 and 6 (drains and answers ahead move work)
   drain-locker, drain-env, spin-env
                                GMLAKE_DRAIN_US without the JS thread, or a bad number in it
                                or in GMLAKE_SPIN_US: a clear error at start
@@ -121,9 +126,11 @@ def verify(addr, size, block_id):
 STEP_SIZES = tuple(r.choice((512, 4096, 65536, MiB, 3 * MiB, 12 * MiB)) * r.randint(1, 9) for r in [random.Random(7)] for _ in range(40))
 
 
-def random_size(rng, sizes="random"):
+def random_size(rng, sizes="random", i=0):
     if sizes == "step":
         return rng.choice(STEP_SIZES)
+    if sizes == "layers":  # a step's sizes in the same order again and again, as layers repeat (GMLAKE_SPECULATE foresees them)
+        return STEP_SIZES[i % len(STEP_SIZES)]
     r = rng.random()
     if r < 0.6:
         return rng.randint(1, 64 * 1024)
@@ -195,7 +202,7 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
             for _ in range(ops_per_thread):
                 r = rng.random()
                 if r < 0.52 or not mine:
-                    size = random_size(rng, sizes)
+                    size = random_size(rng, sizes, local["allocs"])
                     st, addr = native.try_alloc(size, stream)
                     if st != 0:
                         errors.append(f"thread {tid}: alloc({size}) failed ({st}): {native.error()}")
@@ -270,8 +277,14 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
         return f"{hits} front-cache hits with the cache off"
     # one JS thread hands queued frees over while it waits (unless GMLAKE_DRAIN_US=off); a Locker per call never
     drains = threading_design == "thread" and os.environ.get("GMLAKE_DRAIN_US") != "off"
-    if drains and not (stats["num_free_drains"] > 0 and stats["num_drained_frees"] >= stats["num_free_drains"]):
+    if drains and not (stats["num_free_drains"] > 0 and stats["num_drained_frees"] > 0):
         return f"one JS thread: {stats['num_free_drains']} drains of {stats['num_drained_frees']} frees"
+    # GMLAKE_SPECULATE: some allocations took an answer the JS thread worked out ahead (none without it)
+    speculating = os.environ.get("GMLAKE_SPECULATE", "0") != "0"
+    if speculating and not (0 < stats["num_speculation_hits"] <= stats["num_speculations"]):
+        return f"GMLAKE_SPECULATE: {stats['num_speculation_hits']} hits of {stats['num_speculations']} answers worked out"
+    if not speculating and stats["num_speculations"] != 0:
+        return f"{stats['num_speculations']} answers worked out without GMLAKE_SPECULATE"
     if not drains and stats["num_free_drains"] != 0:
         return f"{stats['num_free_drains']} drains with {threading_design} and GMLAKE_DRAIN_US={os.environ.get('GMLAKE_DRAIN_US')}"
     if stats["live_blocks"] != 0 or stats["allocated_bytes.all.current"] != 0:
@@ -286,7 +299,8 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
     print(json.dumps({"case": label, "start_ms": round(start_ms, 1), "threads": threads,
                       **counts, "front_cache_hits": hits, "ops_per_s": round(ops / wall), "peak_reserved": stats["reserved_bytes.all.peak"],
                       "syncs": stats["num_sync_all_streams"], "deferred_frees": stats["num_deferred_frees"],
-                      "cross_stream_reuses": stats["num_cross_stream_reuses"], "drained_frees": stats["num_drained_frees"]}))
+                      "cross_stream_reuses": stats["num_cross_stream_reuses"], "drained_frees": stats["num_drained_frees"],
+                      "speculation_hits": stats["num_speculation_hits"]}))
     return None
 
 
@@ -298,7 +312,8 @@ def decisions(ops=20000, seed=5):
     live, h = [], 0x811C9DC5
     for i in range(ops):
         if rng.random() < 0.52 or not live:
-            size, stream = random_size(rng, "step"), STREAMS[rng.randrange(2)]
+            k = len(live) + i
+            size, stream = STEP_SIZES[k % len(STEP_SIZES)], STREAMS[(k // len(STEP_SIZES)) % 2]
             st, addr = native.try_alloc(size, stream)
             if st != 0:
                 return f"alloc({size}) failed ({st}): {native.error()}"
@@ -313,25 +328,31 @@ def decisions(ops=20000, seed=5):
         native.free(addr, size, stream)
     s = gmlake_torch.stats()
     print(json.dumps({"hash": h, "peak_reserved": s["reserved_bytes.all.peak"], "drains": s["num_free_drains"],
-                      "drained_frees": s["num_drained_frees"]}))
+                      "drained_frees": s["num_drained_frees"], "speculation_hits": s["num_speculation_hits"]}))
     return None
 
 
 def drain_same_decisions():
-    """GMLAKE_DRAIN_US moves the queued frees' work, not the engine's decisions: the same
-    calls hand out the same addresses with it off, at once (the default), and after 20 us."""
+    """GMLAKE_DRAIN_US and GMLAKE_SPECULATE move work, not the engine's decisions: the same
+    calls hand out the same addresses with the drain off, at once (the default), after 20 us,
+    and with answers worked out ahead (looking back on 1 and on 6 allocations)."""
     runs = {}
-    for drain in ("off", None, "20"):
-        env = {k: v for k, v in os.environ.items() if k not in ("GMLAKE_DRAIN_US", "GMLAKE_FRONT_CACHE_ENTRIES")}
+    for drain in ("off", None, "20", "speculate 1", "speculate 6"):
+        env = {k: v for k, v in os.environ.items() if k not in ("GMLAKE_DRAIN_US", "GMLAKE_FRONT_CACHE_ENTRIES", "GMLAKE_SPECULATE")}
         env["GMLAKE_THREADING"] = "thread"
-        if drain is not None:
+        if drain is not None and drain.startswith("speculate"):
+            env["GMLAKE_SPECULATE"] = drain.split()[1]
+        elif drain is not None:
             env["GMLAKE_DRAIN_US"] = drain
         r = subprocess.run([sys.executable, __file__, "--decisions"], env=env, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             return f"GMLAKE_DRAIN_US={drain}: exit {r.returncode}: {(r.stdout + r.stderr).strip()[-500:]}"
         runs[drain] = json.loads(r.stdout.strip().splitlines()[-1])
     off = runs["off"]
-    for drain in (None, "20"):
+    for d in ("speculate 1", "speculate 6"):
+        if runs[d]["speculation_hits"] == 0:
+            return f"GMLAKE_SPECULATE={d.split()[1]}: no allocation took a foreseen answer ({runs[d]})"
+    for drain in (None, "20", "speculate 1", "speculate 6"):
         x = runs[drain]
         if (x["hash"], x["peak_reserved"]) != (off["hash"], off["peak_reserved"]):
             return f"GMLAKE_DRAIN_US={drain} decided differently: {x} against {off} without it"
@@ -340,7 +361,8 @@ def drain_same_decisions():
     if off["drains"] != 0:
         return f"{off['drains']} drains with GMLAKE_DRAIN_US=off"
     print(json.dumps({"case": "drain-same-decisions", "peak_reserved": off["peak_reserved"],
-                      "drained_frees": {"default (0)": runs[None]["drained_frees"], "20": runs["20"]["drained_frees"]}}))
+                      "drained_frees": {"default (0)": runs[None]["drained_frees"], "20": runs["20"]["drained_frees"]},
+                      "speculation_hits": {d: runs[d]["speculation_hits"] for d in ("speculate 1", "speculate 6")}}))
     return None
 
 
@@ -798,6 +820,14 @@ CASES = {
                                                      driver="host", front_cache_entries=300),
     "drain-same-decisions": drain_same_decisions,
     "threading-auto": threading_auto,
+    "speculate-locker": lambda: expect_start_error("GMLAKE_SPECULATE needs GMLAKE_THREADING=thread", policy="vms", driver="host",
+                                                   threading="locker"),
+    "speculate-env": lambda: expect_start_error("GMLAKE_SPECULATE takes how many allocations the foresight looks back on, 0 (off) to 8, not 'all'",
+                                                policy="vms", driver="host", threading="thread"),
+    "speculate-bad-policy": lambda: expect_start_error("GMLAKE_SPECULATE needs a policy that can say where an allocation would land",
+                                                       policy="caching", driver="host", threading="thread"),
+    "speculate-front-cache": lambda: expect_start_error("GMLAKE_SPECULATE and the front cache (frontCacheEntries) do not go together",
+                                                        policy="vms", driver="host", threading="thread", front_cache_entries=16),
     "drain-locker": lambda: expect_start_error("GMLAKE_DRAIN_US needs GMLAKE_THREADING=thread", policy="vms", driver="host"),
     "drain-env": lambda: expect_start_error("GMLAKE_DRAIN_US takes microseconds (a number >= 0), not 'soon' (or off)", policy="vms",
                                             driver="host", threading="thread"),
@@ -811,12 +841,19 @@ for _t in ("locker", "thread"):
     CASES[f"stress:vms-front-cache:{_t}"] = (lambda t: (lambda: stress("vms", t, front_cache_entries=64, sizes="step")))(_t)
 # one JS thread that leaves queued frees for the next call (GMLAKE_DRAIN_US=off), as before the drains
 CASES["stress:vms-no-drain:thread"] = lambda: stress("vms", "thread")
+# GMLAKE_SPECULATE=6: allocations that take the answer the JS thread worked out ahead, every block still checked
+CASES["stress:vms-speculate:thread"] = lambda: stress("vms", "thread", sizes="layers")
 ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times": {"GMLAKE_TIME_CALLS": "1"},
        # one JS thread: "enter" is the hand-off (the post to the JS thread's pick-up)
        "call-times:thread": {"GMLAKE_TIME_CALLS": "1", "GMLAKE_THREADING": "thread"},
        "call-times:total": {"GMLAKE_TIME_CALLS": "total"},
        "front-cache-env": {"GMLAKE_FRONT_CACHE_ENTRIES": "lots"},
        "stress:vms-no-drain:thread": {"GMLAKE_DRAIN_US": "off"},
+       "stress:vms-speculate:thread": {"GMLAKE_SPECULATE": "6"},
+       "speculate-locker": {"GMLAKE_SPECULATE": "6"},
+       "speculate-env": {"GMLAKE_SPECULATE": "all"},
+       "speculate-bad-policy": {"GMLAKE_SPECULATE": "6"},
+       "speculate-front-cache": {"GMLAKE_SPECULATE": "6"},
        "drain-locker": {"GMLAKE_DRAIN_US": "0"},
        "drain-env": {"GMLAKE_DRAIN_US": "soon"},
        "spin-env": {"GMLAKE_SPIN_US": "-5"},
@@ -854,7 +891,7 @@ def main(argv):
     for name in names:
         env = {k: v for k, v in os.environ.items()
                if k not in ("GMLAKE_TIME_CALLS", "GMLAKE_NODE_FLAGS", "GMLAKE_THREADING", "GMLAKE_FRONT_CACHE_ENTRIES",
-                            "GMLAKE_DRAIN_US", "GMLAKE_SPIN_US")}
+                            "GMLAKE_DRAIN_US", "GMLAKE_SPIN_US", "GMLAKE_SPECULATE")}
         env.update(ENV.get(name, {}))
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, __file__, "--one", name], env=env, capture_output=True, text=True, timeout=600)

@@ -11,6 +11,7 @@ import {
   FREE_QUEUE_LENGTH,
   FRONT_CACHE_MAX_ENTRIES,
   OP_ALLOC_CACHED,
+  OP_PEEK,
   STATUS_NOT_CACHED,
   OP_ALLOC,
   OP_BENCH_PAIRS,
@@ -313,10 +314,37 @@ describe("the bridge", () => {
     q[4] = 2;
     q[5] = 3; // the JS thread's drains (GMLAKE_DRAIN_US) and their frees
     q[6] = 7;
+    q[7] = 11; // GMLAKE_SPECULATE: answers worked out, and allocations that took one
+    q[8] = 9;
     const st = JSON.parse(b.text(TEXT_STATS, "")) as Record<string, number>;
     expect([st.front_cache_entries, st.num_front_cache_hits, st.front_cache_hit_bytes, st.num_front_cache_passes, st.live_blocks]).toEqual([32, 5, 5 * MiB, 2, 1]);
-    expect([st.num_free_drains, st.num_drained_frees]).toEqual([3, 7]);
+    expect([st.num_free_drains, st.num_drained_frees, st.num_speculations, st.num_speculation_hits]).toEqual([3, 7, 11, 9]);
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).liveBlocksFreed).toBe(1);
+  });
+
+  it("says where an alloc would land (OP_PEEK, nothing changed), then makes a queued foreseen alloc there", async () => {
+    const b = await createBridge({ policy: "vms", driver: "sim" });
+    expect(b.peeks).toBe(true);
+    const q = new Float64Array(FREE_QUEUE_LENGTH);
+    b.attachFreeQueue(q);
+    const p = b.call(OP_ALLOC, 8 * MiB, 0, 0);
+    expect(b.call(OP_PEEK, 8 * MiB, 0, 0)).toBe(STATUS_NOT_CACHED); // it would grow
+    q.set([...header(1), p, 8 * MiB, 0]); // p freed
+    const calls = b.live.driver.stats().totalCalls;
+    const at = b.call(OP_PEEK, 4 * MiB, 0, 0);
+    expect(at).toBe(p);
+    expect(b.call(OP_PEEK, 4 * MiB, 1, 0)).toBe(STATUS_NOT_CACHED); // another device
+    expect(b.live.stats().live_blocks).toBe(0); // the peek made nothing
+    // the caller took it: queued with a negative size, made first at the next call
+    q.set([...header(1), at, -4 * MiB, 0]);
+    expect(b.call(OP_FLUSH, 0, 0, 0)).toBe(0);
+    expect(b.live.stats().live_blocks).toBe(1);
+    expect(b.live.driver.stats().totalCalls).toBe(calls);
+    expect(b.call(OP_FREE, at, 4 * MiB, 0)).toBe(0);
+    const caching = await createBridge({ policy: "caching", driver: "sim" });
+    expect(caching.peeks).toBe(false);
+    caching.text(TEXT_CLOSE, "");
+    expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
   });
 
   it("refuses a front cache it cannot keep safe, with the reason", async () => {

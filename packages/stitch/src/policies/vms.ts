@@ -121,6 +121,13 @@ export class VmsAllocator implements PolicyInstance {
     return this.mallocLarge(rounded, stream, true);
   }
 
+  /** What malloc would serve from this stream's pools without a new segment, a grow or another stream's block (PolicyInstance.peekCached). */
+  peekCached(size: number, stream: number): number | null {
+    const rounded = roundSize(size, this.rp2);
+    const b = rounded <= kSmallSize ? this.smallPool.seek(stream, rounded) : this.pool.seek(stream, rounded);
+    return b !== null && b.stream === stream ? b.addr : null;
+  }
+
   /** Small requests: best fit in the small pool, else a new small segment carved from the arena (a cache hit there when it can). */
   private mallocSmall(rounded: number, stream: number, cachedOnly: boolean): Block | null {
     const sp = this.smallPool;
