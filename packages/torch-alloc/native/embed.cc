@@ -904,8 +904,9 @@ extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
     std::lock_guard<std::mutex> lock(g_freeMutex);
     if (g_reqLog.size() >= 4096) g_reqLog.clear();  // the JS thread slept through them: start learning again
     g_reqLog.push_back({a, c});
-    // foreseen, and nothing since the peek: the engine would answer exactly this
-    if (g_spec.valid && g_spec.size == a && g_spec.stream == c && b == g_device && g_freeQueue.empty()) {
+    // foreseen, and nothing since the peek: the engine would answer exactly this (never a size
+    // of 0, whose negative, -0, could not mark the queue entry as an allocation)
+    if (g_spec.valid && a > 0 && g_spec.size == a && g_spec.stream == c && b == g_device && g_freeQueue.empty()) {
       g_spec.valid = false;
       g_specHits += 1;
       QueueLocked(g_spec.addr, -a, c);
