@@ -126,6 +126,7 @@ function mix(a: Allocator, r: () => number, ops: number, sizeOf: (r: () => numbe
   const streams = [0, 0x5a5a00, 0x7b7b00];
   const live: Block[] = [];
   const pending: Block[] = [];
+  const plain = a.peeks ? peekedMalloc : (x: Allocator, s: number, st: number) => x.tryMalloc(s, st);
   for (let i = 0; i < ops; i++) {
     const x = r();
     try {
@@ -133,7 +134,6 @@ function mix(a: Allocator, r: () => number, ops: number, sizeOf: (r: () => numbe
         const n = sizeOf(r);
         const stream = streams[Math.floor(r() * streams.length)]!;
         // mallocCached (optional): served from what the policy holds, no driver call on memory
-        const plain = a.peeks ? peekedMalloc : (x: Allocator, s: number, st: number) => x.tryMalloc(s, st);
         const b = a.servesCached && r() < 0.3 ? (cachedMalloc(a, n, stream) ?? plain(a, n, stream)) : plain(a, n, stream);
         if (b !== null) live.push(b);
       } else if (x < 0.9) {

@@ -305,15 +305,16 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
 
 
 def decisions(ops=20000, seed=5):
-    """One caller, a seeded mix of a training step's sizes on two streams: a hash of every
-    address handed out, in order, and the JS thread's drains (run by drain_same_decisions)."""
+    """One caller: a training step's sizes in order, again and again (the stream changing each
+    round), freed at random: a hash of every address handed out, in order, and the JS thread's
+    drains and foreseen answers (run by drain_same_decisions)."""
     native = gmlake_torch.start("vms", driver="sim")  # the sim's addresses do not move between processes (the host's mmap does)
     rng = random.Random(seed)
-    live, h = [], 0x811C9DC5
+    live, h, n = [], 0x811C9DC5, 0
     for i in range(ops):
         if rng.random() < 0.52 or not live:
-            k = len(live) + i
-            size, stream = STEP_SIZES[k % len(STEP_SIZES)], STREAMS[(k // len(STEP_SIZES)) % 2]
+            size, stream = STEP_SIZES[n % len(STEP_SIZES)], STREAMS[(n // len(STEP_SIZES)) % 2]
+            n += 1
             st, addr = native.try_alloc(size, stream)
             if st != 0:
                 return f"alloc({size}) failed ({st}): {native.error()}"
