@@ -72,7 +72,7 @@ std::mutex g_freeMutex;
 std::vector<double> g_freeQueue;  // (address, size, stream) each
 double g_freeSlots[kFreeQueueLength];
 bool g_freeQueueOn = false;  // the bridge took the slots (attachFreeQueue)
-// GMLAKE_DRAIN_US (one JS thread only; default 0, "off" or < 0: off): while that thread
+// GMLAKE_DRAIN_US (one JS thread only; default 2, "off" or < 0: off): while that thread
 // waits for a request it hands frees queued for this long to the engine itself, so the next
 // alloc finds none to take first (README "Threading"). g_freePending mirrors the queue's length for its spin loop, on a
 // line of its own; g_drains and g_drainedFrees count its hand-overs (under g_freeMutex).
@@ -82,7 +82,8 @@ double g_drains = 0, g_drainedFrees = 0;
 bool g_draining = false;  // the JS thread's hand-over in progress (read by HandOverFrees on that thread)
 bool g_ownCall = false;   // a call the JS thread makes for itself (a drain, a peek): nobody's call, not timed
 
-// GMLAKE_SPECULATE=K (one JS thread only; 0, the default: off): once the JS thread is idle it
+// GMLAKE_SPECULATE=K (one JS thread only; 0: off; kSpecDefault where the policy can peek and
+// the front cache is off): once the JS thread is idle it
 // foresees the next allocation from the last K (the same sizes and streams that followed them
 // the last time) and asks the engine where it would land (kOpPeek: no change). An alloc that
 // matches takes that address at once, without the hand-off, while nothing happened in between
@@ -98,7 +99,11 @@ struct Spec {
   double size, stream, addr;
 };
 constexpr int kSpecMaxContext = 8;
+// The default with one JS thread (H200, BENCHMARKS.md "Run 31": vms's host time in alloc+free
+// fell below PyTorch expandable_segments' own on lora, fsdp and gpt2_ft).
+constexpr int kSpecDefault = 6;
 std::atomic<int> g_specContext{0};
+bool g_specAsked = false;  // GMLAKE_SPECULATE was set: a start that cannot have it is refused, not quietly off
 bool g_bridgePeeks = false;  // the policy has peekCached
 Spec g_spec{false, 0, 0, 0};
 std::vector<Req> g_reqLog;
@@ -333,6 +338,9 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
     Local<Value> peeks;
     g_bridgePeeks = bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "peeks")).ToLocal(&peeks) && peeks->IsTrue();
   }
+  if (g_specContext.load() > 0 && !g_specAsked && (!g_bridgePeeks || g_frontCacheEntries.load() != 0)) {
+    g_specContext.store(0);  // the default only: this policy cannot say where an allocation lands, or the front cache is on
+  }
   if (g_specContext.load() > 0) {
     if (!g_bridgePeeks) {
       *err = "GMLAKE_SPECULATE needs a policy that can say where an allocation would land (peekCached; vms can)";
@@ -383,6 +391,7 @@ void HandOverFrees() {
   g_freeSlots[6] = g_drainedFrees;
   g_freeSlots[7] = g_speculations;
   g_freeSlots[8] = g_specHits;
+  g_freeSlots[9] = g_specContext.load(std::memory_order_relaxed);
   if (n == 0) return;
   std::memcpy(g_freeSlots + kFreeQueueHeader, g_freeQueue.data(), take * sizeof(double));
   g_freeSlots[0] = static_cast<double>(take / 3);
@@ -789,9 +798,15 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
       return fail("GMLAKE_SPECULATE needs GMLAKE_THREADING=thread: only a waiting JS thread works answers out ahead");
     }
     g_specContext.store(static_cast<int>(v));
+    g_specAsked = true;
+  } else if (threading == kThreadingThread) {
+    g_specContext.store(kSpecDefault);
   }
   if (threading == kThreadingThread && !drainOff) {
-    g_drainUs = 0;  // the default with one JS thread: each free handed over as soon as it is seen
+    // the default with one JS thread: frees handed over 2 us after they are first seen, so that
+    // in a hot loop the next alloc, which comes sooner, takes them itself in its own call
+    // (H200 "Run 32": the pair 3.20 -> 2.58 us, training's host time as at 0 us)
+    g_drainUs = 2;
     bad = micros("GMLAKE_DRAIN_US", &g_drainUs);
     if (!bad.empty()) return fail(bad + " (or off)");
   }

@@ -41,7 +41,7 @@ constexpr int kFrontCacheMaxEntries = 256;
 // stream) for the queue plus a whole cache. An entry with a negative size is an allocation a
 // caller took from a foreseen answer: the engine makes it, at that address, before anything
 // after it.
-constexpr int kFreeQueueHeader = 9;
+constexpr int kFreeQueueHeader = 10;
 constexpr int kFreeQueueLength = kFreeQueueHeader + 3 * (kFreeQueueSlots + kFrontCacheMaxEntries);
 
 // Statuses below 0 returned by the operations.

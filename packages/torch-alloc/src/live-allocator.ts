@@ -114,7 +114,7 @@ export class LiveAllocator {
 
   /** The native front cache's size in blocks (0: off). */
   readonly frontCacheEntries: number;
-  /** The native free queue's header once attached ([2] front-cache hits, [3] their bytes, [4] frees passed on, [5] the JS thread's drains, [6] their frees): read by stats(). */
+  /** The native free queue's header once attached ([2] front-cache hits, [3] their bytes, [4] frees passed on, [5] the JS thread's drains, [6] their frees, [7] answers worked out ahead, [8] those taken, [9] GMLAKE_SPECULATE's K in use): read by stats(). */
   nativeCounts: Float64Array | null = null;
 
   private checkFrontCache(n: number): number {
@@ -261,6 +261,8 @@ export class LiveAllocator {
       // GMLAKE_SPECULATE: answers the JS thread worked out ahead of the allocation it expected, and allocations that took one
       num_speculations: this.nativeCounts?.[7] ?? 0,
       num_speculation_hits: this.nativeCounts?.[8] ?? 0,
+      // how many allocations the foresight looks back on (GMLAKE_SPECULATE; 0: off)
+      speculate: this.nativeCounts?.[9] ?? 0,
       calls: { ...this.counts },
       driver_calls: d.calls,
       driver_time_us: d.timeUs,

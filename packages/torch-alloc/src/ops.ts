@@ -31,9 +31,10 @@ export const FRONT_CACHE_MAX_ENTRIES = 256;
  * The free queue's header: [0] frees queued, [1] of them failed, [2] front-cache hits so far,
  * [3] their bytes, [4] frees the front cache passed to the engine instead of holding them,
  * [5] hand-overs the JS thread made on its own while it waited (GMLAKE_DRAIN_US), [6] the frees they handed over,
- * [7] answers the JS thread foresaw (GMLAKE_SPECULATE), [8] allocations that took one. An entry
- * with a negative size is such an allocation: the engine makes it, at that address.
+ * [7] answers the JS thread foresaw (GMLAKE_SPECULATE), [8] allocations that took one, [9] how
+ * many allocations the foresight looks back on (0: off). An entry with a negative size is such
+ * an allocation: the engine makes it, at that address.
  */
-export const FREE_QUEUE_HEADER = 9;
+export const FREE_QUEUE_HEADER = 10;
 /** The free queue's Float64Array: the header, then (address, size, stream) for the queue and a whole front cache given back. */
 export const FREE_QUEUE_LENGTH = FREE_QUEUE_HEADER + 3 * (FREE_QUEUE_SLOTS + FRONT_CACHE_MAX_ENTRIES);

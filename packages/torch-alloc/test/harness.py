@@ -47,11 +47,14 @@ crash is then a failed case, not a lost run):
   stress:vms-no-drain:thread   the stress with GMLAKE_DRAIN_US=off (frees wait for the next call)
   stress:vms-speculate:thread  the stress with GMLAKE_SPECULATE=6 and sizes that repeat in order:
                                allocations take answers worked out ahead, every block checked
+                               (every stress checks stats()'s speculate: 6 with one JS thread
+                               and vms without the front cache, else 0)
   speculate-locker, speculate-env, speculate-bad-policy, speculate-front-cache
                                GMLAKE_SPECULATE refused at start with the reason
   drain-same-decisions         one caller's seeded mix hands out the same addresses with the
-                               drain off, at 0 us (the default), at 20 us and with
-                               GMLAKE_SPECULATE=1 and 6 (drains and answers ahead move work)
+                               drain off, at 2 us (the default), at 20 us and with
+                               GMLAKE_SPECULATE=0, 1, 6 and unset (the default, 6): drains and
+                               answers ahead move work, not decisions
   drain-locker, drain-env, spin-env
                                GMLAKE_DRAIN_US without the JS thread, or a bad number in it
                                or in GMLAKE_SPIN_US: a clear error at start
@@ -279,12 +282,22 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
     drains = threading_design == "thread" and os.environ.get("GMLAKE_DRAIN_US") != "off"
     if drains and not (stats["num_free_drains"] > 0 and stats["num_drained_frees"] > 0):
         return f"one JS thread: {stats['num_free_drains']} drains of {stats['num_drained_frees']} frees"
-    # GMLAKE_SPECULATE: some allocations took an answer the JS thread worked out ahead (none without it)
-    speculating = os.environ.get("GMLAKE_SPECULATE", "0") != "0"
-    if speculating and not (0 < stats["num_speculation_hits"] <= stats["num_speculations"]):
-        return f"GMLAKE_SPECULATE: {stats['num_speculation_hits']} hits of {stats['num_speculations']} answers worked out"
-    if not speculating and stats["num_speculations"] != 0:
-        return f"{stats['num_speculations']} answers worked out without GMLAKE_SPECULATE"
+    # GMLAKE_SPECULATE: on by default (6) with one JS thread, a policy that peeks (vms) and no
+    # front cache; asked for, some allocations took an answer worked out ahead; none when off
+    spec_env = os.environ.get("GMLAKE_SPECULATE")
+    expect = 0
+    if threading_design == "thread" and spec_env is not None:
+        expect = int(spec_env)
+    elif threading_design == "thread" and policy == "vms" and not front_cache_entries:
+        expect = 6
+    if stats["speculate"] != expect:
+        return f"stats() says speculate={stats['speculate']}, expected {expect} ({threading_design}, {policy}, GMLAKE_SPECULATE={spec_env})"
+    if not stats["num_speculation_hits"] <= stats["num_speculations"]:
+        return f"{stats['num_speculation_hits']} hits of {stats['num_speculations']} answers worked out"
+    if expect and spec_env is not None and stats["num_speculation_hits"] == 0:
+        return f"GMLAKE_SPECULATE={spec_env}: no allocation took an answer worked out ahead ({stats['num_speculations']} made)"
+    if not expect and stats["num_speculations"] != 0:
+        return f"{stats['num_speculations']} answers worked out with speculation off"
     if not drains and stats["num_free_drains"] != 0:
         return f"{stats['num_free_drains']} drains with {threading_design} and GMLAKE_DRAIN_US={os.environ.get('GMLAKE_DRAIN_US')}"
     if stats["live_blocks"] != 0 or stats["allocated_bytes.all.current"] != 0:
@@ -335,25 +348,30 @@ def decisions(ops=20000, seed=5):
 
 def drain_same_decisions():
     """GMLAKE_DRAIN_US and GMLAKE_SPECULATE move work, not the engine's decisions: the same
-    calls hand out the same addresses with the drain off, at once (the default), after 20 us,
-    and with answers worked out ahead (looking back on 1 and on 6 allocations)."""
+    calls hand out the same addresses with the drain off, after 2 us (the default), after 20 us (these three
+    without answers worked out ahead), and with answers worked out ahead looking back on 1
+    and on 6 allocations and by default (6)."""
     runs = {}
-    for drain in ("off", None, "20", "speculate 1", "speculate 6"):
+    for drain in ("off", None, "20", "speculate 0", "speculate 1", "speculate 6"):
         env = {k: v for k, v in os.environ.items() if k not in ("GMLAKE_DRAIN_US", "GMLAKE_FRONT_CACHE_ENTRIES", "GMLAKE_SPECULATE")}
         env["GMLAKE_THREADING"] = "thread"
         if drain is not None and drain.startswith("speculate"):
             env["GMLAKE_SPECULATE"] = drain.split()[1]
         elif drain is not None:
             env["GMLAKE_DRAIN_US"] = drain
+            env["GMLAKE_SPECULATE"] = "0"
         r = subprocess.run([sys.executable, __file__, "--decisions"], env=env, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             return f"GMLAKE_DRAIN_US={drain}: exit {r.returncode}: {(r.stdout + r.stderr).strip()[-500:]}"
         runs[drain] = json.loads(r.stdout.strip().splitlines()[-1])
     off = runs["off"]
-    for d in ("speculate 1", "speculate 6"):
+    for d in (None, "speculate 1", "speculate 6"):
         if runs[d]["speculation_hits"] == 0:
-            return f"GMLAKE_SPECULATE={d.split()[1]}: no allocation took a foreseen answer ({runs[d]})"
-    for drain in (None, "20", "speculate 1", "speculate 6"):
+            return f"GMLAKE_SPECULATE={d and d.split()[1]}: no allocation took a foreseen answer ({runs[d]})"
+    for d in ("off", "20", "speculate 0"):
+        if runs[d]["speculation_hits"] != 0:
+            return f"{d}: allocations took foreseen answers with GMLAKE_SPECULATE=0 ({runs[d]})"
+    for drain in (None, "20", "speculate 0", "speculate 1", "speculate 6"):
         x = runs[drain]
         if (x["hash"], x["peak_reserved"]) != (off["hash"], off["peak_reserved"]):
             return f"GMLAKE_DRAIN_US={drain} decided differently: {x} against {off} without it"
@@ -362,8 +380,8 @@ def drain_same_decisions():
     if off["drains"] != 0:
         return f"{off['drains']} drains with GMLAKE_DRAIN_US=off"
     print(json.dumps({"case": "drain-same-decisions", "peak_reserved": off["peak_reserved"],
-                      "drained_frees": {"default (0)": runs[None]["drained_frees"], "20": runs["20"]["drained_frees"]},
-                      "speculation_hits": {d: runs[d]["speculation_hits"] for d in ("speculate 1", "speculate 6")}}))
+                      "drained_frees": {"default (2)": runs[None]["drained_frees"], "20": runs["20"]["drained_frees"]},
+                      "speculation_hits": {str(d): runs[d]["speculation_hits"] for d in (None, "speculate 1", "speculate 6")}}))
     return None
 
 
@@ -420,10 +438,12 @@ def call_times():
     native, live, calls, us, err = timed_calls(300, 3)
     if err:
         return err
-    # every alloc enters JS (the frees are queued for the next one); the parts are inside the whole
+    # every alloc enters JS (the frees are queued for the next one) but those that took an answer
+    # worked out ahead (one JS thread); the parts are inside the whole
     parts = us["enter"] + us["prepare"] + us["js"]
-    if calls["js"] < 300 or not (0 < parts <= us["alloc"] + us["free"]) or min(us["enter"], us["prepare"], us["js"]) <= 0:
-        return f"the embedding's parts: {us}, {calls}: expected >= 300 calls into JS, each part > 0, their sum within alloc + free"
+    hits = gmlake_torch.stats()["num_speculation_hits"]
+    if calls["js"] < 300 - hits or not (0 < parts <= us["alloc"] + us["free"]) or min(us["enter"], us["prepare"], us["js"]) <= 0:
+        return f"the embedding's parts: {us}, {calls}: expected >= 300 - {hits} calls into JS, each part > 0, their sum within alloc + free"
     for a, n in live:
         native.free(a, n)
     if gmlake_torch.stats()["num_calls"]["free"] != 300:
@@ -655,6 +675,8 @@ def threading_auto():
     s = gmlake_torch.stats()
     if st != 0 or s["threading"] != "thread":
         return f"auto with enough CPUs: alloc status {st}, stats() threading {s['threading']}"
+    if s["speculate"] != int(os.environ.get("GMLAKE_SPECULATE", "6")):
+        return f"auto with enough CPUs and vms: stats() speculate {s['speculate']}, expected the default 6"
     print(json.dumps({"case": "threading-auto", "one_cpu": "locker", "enough_cpus": s["threading"]}))
     return None
 
