@@ -82,8 +82,8 @@ double g_drains = 0, g_drainedFrees = 0;
 bool g_draining = false;  // the JS thread's hand-over in progress (read by HandOverFrees on that thread)
 bool g_ownCall = false;   // a call the JS thread makes for itself (a drain, a peek): nobody's call, not timed
 
-// GMLAKE_SPECULATE=K (one JS thread only; 0: off; kSpecDefault where the policy can peek and
-// the front cache is off): once the JS thread is idle it
+// GMLAKE_SPECULATE=K (one JS thread only; 0: off; kSpecDefault where the policy is a built-in
+// one that can peek and the front cache is off): once the JS thread is idle it
 // foresees the next allocation from the last K (the same sizes and streams that followed them
 // the last time) and asks the engine where it would land (kOpPeek: no change). An alloc that
 // matches takes that address at once, without the hand-off, while nothing happened in between
@@ -105,6 +105,7 @@ constexpr int kSpecDefault = 6;
 std::atomic<int> g_specContext{0};
 bool g_specAsked = false;  // GMLAKE_SPECULATE was set: a start that cannot have it is refused, not quietly off
 bool g_bridgePeeks = false;  // the policy has peekCached
+bool g_bridgeSpeculatesByDefault = false;  // and is a built-in one (bridge.ts speculatesByDefault)
 Spec g_spec{false, 0, 0, 0};
 std::vector<Req> g_reqLog;
 double g_speculations = 0, g_specHits = 0;
@@ -337,9 +338,14 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
     }
     Local<Value> peeks;
     g_bridgePeeks = bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "peeks")).ToLocal(&peeks) && peeks->IsTrue();
+    Local<Value> byDefault;
+    g_bridgeSpeculatesByDefault = bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "speculatesByDefault")).ToLocal(&byDefault) &&
+                                  byDefault->IsTrue();
   }
-  if (g_specContext.load() > 0 && !g_specAsked && (!g_bridgePeeks || g_frontCacheEntries.load() != 0)) {
-    g_specContext.store(0);  // the default only: this policy cannot say where an allocation lands, or the front cache is on
+  if (g_specContext.load() > 0 && !g_specAsked && (!g_bridgeSpeculatesByDefault || g_frontCacheEntries.load() != 0)) {
+    // the default only: this policy cannot say where an allocation lands (or is an outside
+    // one, whose peeks are the user's to turn on), or the front cache is on
+    g_specContext.store(0);
   }
   if (g_specContext.load() > 0) {
     if (!g_bridgePeeks) {

@@ -11,7 +11,7 @@ import { renameSync, writeFileSync, writeSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
-import { getPolicy, registerPolicy, type Policy } from "@gmlake/stitch";
+import { BUILTIN_POLICIES, getPolicy, registerPolicy, type Policy } from "@gmlake/stitch";
 
 import { LiveAllocator, type LiveConfig } from "./live-allocator.js";
 import { PairPattern } from "./pair-pattern.js";
@@ -65,6 +65,12 @@ export interface Bridge {
   readonly device: number;
   /** The policy can say where an allocation would land (peekCached): what GMLAKE_SPECULATE needs, read by embed.cc at start. */
   readonly peeks: boolean;
+  /**
+   * Answers worked out ahead are on by default (embed.cc): the policy peeks and is a built-in
+   * one. An outside policy's peeks are used only when asked for (GMLAKE_SPECULATE=K): a peek
+   * that its malloc then contradicts stops the process, so it is the user's choice.
+   */
+  readonly speculatesByDefault: boolean;
 }
 
 function isPolicy(p: unknown): p is Policy {
@@ -142,6 +148,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
     frontCacheEntries: live.frontCacheEntries,
     device,
     peeks: live.allocator.peeks,
+    speculatesByDefault: live.allocator.peeks && (BUILTIN_POLICIES as readonly Policy[]).includes(live.policy),
     attachFreeQueue(slots) {
       if (!(slots instanceof Float64Array) || slots.length !== FREE_QUEUE_LENGTH) {
         throw new TypeError(`attachFreeQueue: expected a Float64Array of ${FREE_QUEUE_LENGTH} slots`);

@@ -51,6 +51,8 @@ crash is then a failed case, not a lost run):
                                and vms without the front cache, else 0)
   speculate-locker, speculate-env, speculate-bad-policy, speculate-front-cache
                                GMLAKE_SPECULATE refused at start with the reason
+  speculate-outside-policy, speculate-outside-policy-asked
+                               an outside policy that peeks: off by default, on when asked
   drain-same-decisions         one caller's seeded mix hands out the same addresses with the
                                drain off, at 2 us (the default), at 20 us and with
                                GMLAKE_SPECULATE=0, 1, 6 and unset (the default, 6): drains and
@@ -720,6 +722,30 @@ def node_flags():
     return None
 
 
+def speculate_outside(expect):
+    """An outside policy that peeks (vms under another name, from a policy module) on one JS
+    thread: answers worked out ahead only when GMLAKE_SPECULATE asks for them (stats()'s
+    speculate: `expect`), since a peek its malloc contradicts stops the process."""
+    stitch = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "stitch", "dist", "index.js")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "my-vms.mjs")
+        with open(path, "w") as f:
+            f.write(f"import {{ getPolicy }} from {json.dumps('file://' + os.path.realpath(stitch))};\n"
+                    "export default { ...getPolicy('vms'), name: 'my-vms', description: 'vms under another name' };\n")
+        native = gmlake_torch.start("my-vms", driver="host", threading="thread", policy_module=path)
+        for _ in range(50):
+            st, a = native.try_alloc(3 * MiB, 0)
+            if st != 0:
+                return f"alloc failed: {native.error()}"
+            native.free(a, 3 * MiB, 0)
+        s = gmlake_torch.stats()
+        if s["speculate"] != expect:
+            return f"an outside policy that peeks: stats() speculate {s['speculate']}, expected {expect} (GMLAKE_SPECULATE={os.environ.get('GMLAKE_SPECULATE')})"
+        gmlake_torch.close()
+    print(json.dumps({"case": "speculate-outside-policy", "speculate": s["speculate"], "hits": s["num_speculation_hits"]}))
+    return None
+
+
 def bad_module():
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "broken-policy.mjs")
@@ -851,6 +877,8 @@ CASES = {
                                                        policy="caching", driver="host", threading="thread"),
     "speculate-front-cache": lambda: expect_start_error("GMLAKE_SPECULATE and the front cache (frontCacheEntries) do not go together",
                                                         policy="vms", driver="host", threading="thread", front_cache_entries=16),
+    "speculate-outside-policy": lambda: speculate_outside(0),
+    "speculate-outside-policy-asked": lambda: speculate_outside(6),
     "drain-locker": lambda: expect_start_error("GMLAKE_DRAIN_US needs GMLAKE_THREADING=thread", policy="vms", driver="host"),
     "drain-env": lambda: expect_start_error("GMLAKE_DRAIN_US takes microseconds (a number >= 0), not 'soon' (or off)", policy="vms",
                                             driver="host", threading="thread"),
@@ -877,6 +905,7 @@ ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times
        "speculate-env": {"GMLAKE_SPECULATE": "all"},
        "speculate-bad-policy": {"GMLAKE_SPECULATE": "6"},
        "speculate-front-cache": {"GMLAKE_SPECULATE": "6"},
+       "speculate-outside-policy-asked": {"GMLAKE_SPECULATE": "6"},
        "drain-locker": {"GMLAKE_DRAIN_US": "0"},
        "drain-env": {"GMLAKE_DRAIN_US": "soon"},
        "spin-env": {"GMLAKE_SPIN_US": "-5"},

@@ -324,7 +324,7 @@ describe("the bridge", () => {
 
   it("says where an alloc would land (OP_PEEK, nothing changed), then makes a queued foreseen alloc there", async () => {
     const b = await createBridge({ policy: "vms", driver: "sim" });
-    expect(b.peeks).toBe(true);
+    expect([b.peeks, b.speculatesByDefault]).toEqual([true, true]);
     const q = new Float64Array(FREE_QUEUE_LENGTH);
     b.attachFreeQueue(q);
     const p = b.call(OP_ALLOC, 8 * MiB, 0, 0);
@@ -342,7 +342,7 @@ describe("the bridge", () => {
     expect(b.live.driver.stats().totalCalls).toBe(calls);
     expect(b.call(OP_FREE, at, 4 * MiB, 0)).toBe(0);
     const caching = await createBridge({ policy: "caching", driver: "sim" });
-    expect(caching.peeks).toBe(false);
+    expect([caching.peeks, caching.speculatesByDefault]).toEqual([false, false]);
     caching.text(TEXT_CLOSE, "");
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
   });
@@ -394,14 +394,19 @@ describe("the bridge", () => {
       good,
       `import { getPolicy } from ${JSON.stringify(stitchUrl)};\n` +
         `const base = getPolicy("caching");\n` +
-        `export default { ...base, name: "my-caching", description: "caching under another name" };\n`,
+        `export default { ...base, name: "my-caching", description: "caching under another name" };\n` +
+        `export const policy = { ...getPolicy("vms"), name: "my-vms", description: "vms under another name" };\n`,
     );
     const b = await createBridge({ policy: "my-caching", driver: "sim", policyModule: good });
     expect(b.live.policy.name).toBe("my-caching");
     b.live.close();
+    // an outside policy that peeks: its answers worked out ahead only when asked for
+    const v = await createBridge({ policy: "my-vms", driver: "sim", policyModule: good });
+    expect([v.peeks, v.speculatesByDefault]).toEqual([true, false]);
+    v.live.close();
     const broken = join(dir, "broken.mjs");
     writeFileSync(broken, "export default {;\n");
     await expect(createBridge({ policy: "x", driver: "sim", policyModule: broken })).rejects.toThrow(/cannot load the policy module/);
-    await expect(createBridge({ policy: "x", driver: "sim", policyModule: good })).rejects.toThrow(/did not register a policy named x \(it exports my-caching\)/);
+    await expect(createBridge({ policy: "x", driver: "sim", policyModule: good })).rejects.toThrow(/did not register a policy named x \(it exports my-caching, my-vms\)/);
   });
 });
