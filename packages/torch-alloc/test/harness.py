@@ -51,6 +51,9 @@ crash is then a failed case, not a lost run):
                                and vms without the front cache, else 0)
   speculate-locker, speculate-env, speculate-bad-policy, speculate-front-cache
                                GMLAKE_SPECULATE refused at start with the reason
+  speculate-fuzz               front-cache-fuzz's mix of good and bad calls on one JS thread
+                               with answers worked out ahead (the default): no block handed
+                               out twice or from nowhere, every pattern intact, some taken
   speculate-outside-policy, speculate-outside-policy-asked
                                an outside policy that peeks: off by default, on when asked
   drain-same-decisions         one caller's seeded mix hands out the same addresses with the
@@ -555,14 +558,20 @@ def front_cache_hostile():
     return None
 
 
-def front_cache_fuzz(ops=20000, seed=11):
+def hostile_mix(ops=20000, seed=11, speculate=False):
     """The front cache under a random mix of good and bad calls: allocs of a step's sizes on two
     streams, frees, record_stream, empty_cache and stats, and among them second frees of freed
     blocks, frees of addresses never handed out and frees with another size. No address is ever
     handed out while live or if it was never ours, every block keeps its pattern, and at the
-    end nothing is live or leaked."""
-    native = gmlake_torch.start("vms", driver="host", front_cache_entries=16, check_invariants=256)
+    end nothing is live or leaked. speculate: the same mix with no front cache on one JS
+    thread, whose answers worked out ahead are on by default (most allocations take a step's
+    sizes in order, with a kernel launch's gap now and then, so that some take one)."""
+    if speculate:
+        native = gmlake_torch.start("vms", driver="host", threading="thread", check_invariants=256)
+    else:
+        native = gmlake_torch.start("vms", driver="host", front_cache_entries=16, check_invariants=256)
     rng = random.Random(seed)
+    n_in_order = 0
     live = Live()
     mine = {}  # addr -> (size, stream, id)
     freed = []  # addresses freed and not handed out again since
@@ -571,11 +580,22 @@ def front_cache_fuzz(ops=20000, seed=11):
     counts = {"allocs": 0, "frees": 0, "double_frees": 0, "bogus_frees": 0, "wrong_size_frees": 0, "record_streams": 0}
 
     def mix():
+        nonlocal n_in_order
         for i in range(ops):
             r = rng.random()
+            if speculate and i % 5 == 0:
+                time.sleep(0.0002)  # a kernel launch's gap: the JS thread drains and works ahead
+            if speculate and r < 0.45 and sum(v[0] for v in mine.values()) > 1024 * MiB:
+                r = 0.5  # bounded: a free instead (the in-order sizes hold more memory)
             if r < 0.45 or not mine:
+                if speculate and rng.random() < 0.9:  # a step's sizes in order (what the foresight learns)
+                    size, stream = STEP_SIZES[n_in_order % len(STEP_SIZES)], STREAMS[(n_in_order // len(STEP_SIZES)) % 2]
+                    n_in_order += 1
                 # a training step asks again for what it just freed (the cache's hits), and for new sizes
-                size, stream = rng.choice(shapes) if shapes and rng.random() < 0.6 else (rng.choice(STEP_SIZES), rng.choice(STREAMS))
+                elif shapes and rng.random() < 0.6:
+                    size, stream = rng.choice(shapes)
+                else:
+                    size, stream = rng.choice(STEP_SIZES), rng.choice(STREAMS)
                 st, addr = native.try_alloc(size, stream)
                 if st != 0:
                     return f"op {i}: alloc({size}) failed ({st}): {native.error()}"
@@ -632,12 +652,15 @@ def front_cache_fuzz(ops=20000, seed=11):
     s = gmlake_torch.stats()
     if s["live_blocks"] != 0 or s["allocated_bytes.all.current"] != 0:
         return f"after every free: {s['live_blocks']} blocks live ({s['allocated_bytes.all.current']} bytes)"
-    if s["num_front_cache_hits"] < counts["allocs"] // 10:
-        return f"only {s['num_front_cache_hits']} hits in {counts['allocs']} allocs: the mix did not reach the cache"
+    hits = s["num_speculation_hits"] if speculate else s["num_front_cache_hits"]
+    if speculate and s["speculate"] != 6:
+        return f"one JS thread and vms: stats() speculate {s['speculate']}, expected the default 6"
+    if hits < counts["allocs"] // (20 if speculate else 10):
+        return f"only {hits} hits in {counts['allocs']} allocs: the mix did not reach the {'answers worked out ahead' if speculate else 'cache'}"
     leaks = gmlake_torch.close()["leaks"]
     if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
         return f"leaked {leaks}"
-    print(json.dumps({"case": "front-cache-fuzz", **counts, "hits": s["num_front_cache_hits"],
+    print(json.dumps({"case": "speculate-fuzz" if speculate else "front-cache-fuzz", **counts, "hits": hits,
                       "frees_passed_on": s["num_front_cache_passes"], "stderr_lines": len(said.splitlines())}))
     return None
 
@@ -858,7 +881,8 @@ CASES = {
     "node-flags-unknown": lambda: expect_start_error("bad option: --no-such-flag", policy="vms", driver="host"),
     "node-flags": node_flags,
     "front-cache-hostile": front_cache_hostile,
-    "front-cache-fuzz": front_cache_fuzz,
+    "front-cache-fuzz": hostile_mix,
+    "speculate-fuzz": lambda: hostile_mix(speculate=True),
     "front-cache-bad-policy": lambda: expect_start_error("frontCacheEntries needs a policy with mallocCached; caching has none (vms has)",
                                                         policy="caching", driver="host", front_cache_entries=16),
     "front-cache-record": lambda: expect_start_error("frontCacheEntries needs record off", policy="vms", driver="host", record=True,

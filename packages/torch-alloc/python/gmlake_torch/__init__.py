@@ -303,7 +303,9 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
     knobs: the policy's options (numbers, booleans, strings; text takes the knob's type).
     threading: how PyTorch's threads reach the engine (default $GMLAKE_THREADING, else auto:
     one JS thread where the process may use at least 4 CPUs, else a Locker per call;
-    resolve_threading()). record: keep the engine's history for snapshot() (default $GMLAKE_RECORD, else off:
+    resolve_threading(); that thread also hands queued frees to the engine while it waits and,
+    for vms, works out where the next allocation will land: $GMLAKE_DRAIN_US, $GMLAKE_SPECULATE,
+    the package README "Threading"; stats()["threading"], stats()["speculate"]). record: keep the engine's history for snapshot() (default $GMLAKE_RECORD, else off:
     it costs about half of each call). record_max_entries: the history keeps the last this
     many events, the oldest dropped, as PyTorch's _record_memory_history(max_entries=...)
     (default $GMLAKE_RECORD_MAX_ENTRIES, else 1,000,000; 0 = no bound).
