@@ -208,6 +208,28 @@ def engine_table(rows, warmup):
     return lines if n_rows else []
 
 
+def js_thread_table(rows):
+    """What ours' one JS thread did between calls, over each whole run (stats()): the
+    allocations that took an address it worked out ahead (GMLAKE_SPECULATE) and the frees it
+    handed to the engine while it waited (GMLAKE_DRAIN_US)."""
+    lines = ["\n## the JS thread's work between calls (ours with one JS thread; whole runs)\n",
+             "| workload | allocator | run | speculate | allocations | took an answer worked out ahead | frees | drained while it waited |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    n_rows = 0
+    for r in rows:
+        e = r.get("engine")
+        if not isinstance(e, dict) or e.get("threading") != "thread" or not r.get("workload"):
+            continue
+        allocs, frees = e.get("calls", {}).get("allocs", 0), e.get("calls", {}).get("frees", 0)
+        hits, drained = e.get("num_speculation_hits", 0), e.get("num_drained_frees", 0)
+        pct = lambda x, n: f"{x} ({100 * x / n:.1f}%)" if n else str(x)  # noqa: E731
+        run = f"timing r{r.get('rep')}" if is_timing(r) else "workloads"
+        n_rows += 1
+        lines.append(f"| {r['workload']} | {r['allocator']} | {run} | {e.get('speculate', 0)} | {allocs} | {pct(hits, allocs)} | "
+                     f"{frees} | {pct(drained, frees)} |")
+    return lines if n_rows else []
+
+
 HOST_REFS = ("plug:pytorch-expandable", "plug:pytorch")  # PyTorch's own allocator, its calls timed
 
 
@@ -418,7 +440,7 @@ def main(argv):
             diff, ok = value_verdict(r, refs)
             print(f"| {r['workload']} | {r['allocator']} | {r.get('rep')} | {r.get('rc')} | {r.get('steps')} | "
                   f"{gib(eng.get('reserved_bytes.all.peak', r.get('peak_reserved_bytes')))} | {diff} | {ok} |")
-    for line in timing_table(rows, warmup) + engine_table(rows, warmup) + host_extra_table(rows, warmup) + profile_table(rows):
+    for line in timing_table(rows, warmup) + engine_table(rows, warmup) + js_thread_table(rows) + host_extra_table(rows, warmup) + profile_table(rows):
         print(line)
 
     other = [r for r in rows if not r.get("workload") and not r.get("check") and "threading" not in r

@@ -221,6 +221,19 @@ class Summary(unittest.TestCase):
         self.assertIn("| plug:pytorch-expandable | 5.2 |", out.stdout)
 
 
+    def test_the_js_threads_work_is_tabled_for_thread_runs_only(self):
+        def row(alloc, threading, rep=None):
+            e = {"threading": threading, "speculate": 6 if threading == "thread" else 0, "calls": {"allocs": 200, "frees": 190},
+                 "num_speculation_hits": 150, "num_drained_frees": 95}
+            return {"workload": "gpt2_ft", "allocator": alloc, "rep": rep, "tag": "timing-gpt2_ft-x" if rep else "gpt2_ft-x",
+                    "engine": e, "rc": 0}
+        lines = live_summary.js_thread_table([row("ours:vms", "thread", 1), row("ours:vms [GMLAKE_THREADING=locker]", "locker", 1),
+                                              row("ours:vms", "thread")])
+        self.assertEqual(lines[-2], "| gpt2_ft | ours:vms | timing r1 | 6 | 200 | 150 (75.0%) | 190 | 95 (50.0%) |")
+        self.assertEqual(lines[-1], "| gpt2_ft | ours:vms | workloads | 6 | 200 | 150 (75.0%) | 190 | 95 (50.0%) |")
+        self.assertEqual(len([x for x in lines if x.startswith("| gpt2_ft")]), 2)  # not the Locker's run
+        self.assertEqual(live_summary.js_thread_table([row("ours:vms", "locker")]), [])
+
     def test_every_memcheck_log_is_summarized(self):
         with tempfile.TemporaryDirectory() as d:
             open(os.path.join(d, "results.jsonl"), "w").close()
