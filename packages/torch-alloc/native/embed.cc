@@ -99,8 +99,8 @@ struct Spec {
   double size, stream, addr;
 };
 constexpr int kSpecMaxContext = 8;
-// The default with one JS thread (H200, BENCHMARKS.md "Run 31": vms's host time in alloc+free
-// fell below PyTorch expandable_segments' own on lora, fsdp and gpt2_ft).
+// The default with one JS thread (H200, BENCHMARKS.md "Runs 31 to 33": vms's host time in
+// alloc+free fell to or below PyTorch expandable_segments' own on lora, fsdp and gpt2_ft).
 constexpr int kSpecDefault = 6;
 std::atomic<int> g_specContext{0};
 bool g_specAsked = false;  // GMLAKE_SPECULATE was set: a start that cannot have it is refused, not quietly off
@@ -811,7 +811,7 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
   if (threading == kThreadingThread && !drainOff) {
     // the default with one JS thread: frees handed over 2 us after they are first seen, so that
     // in a hot loop the next alloc, which comes sooner, takes them itself in its own call
-    // (H200 "Run 32": the pair 3.20 -> 2.58 us, training's host time as at 0 us)
+    // (H200, BENCHMARKS.md "Runs 31 to 33": the pair 3.20 -> 2.58 us, training's host time as at 0 us)
     g_drainUs = 2;
     bad = micros("GMLAKE_DRAIN_US", &g_drainUs);
     if (!bad.empty()) return fail(bad + " (or off)");
