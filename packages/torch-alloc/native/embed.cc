@@ -342,10 +342,10 @@ bool StartNode(const std::string& boot, const std::string& config, std::string* 
     g_bridgeSpeculatesByDefault = bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(g_isolate, "speculatesByDefault")).ToLocal(&byDefault) &&
                                   byDefault->IsTrue();
   }
-  if (g_specContext.load() > 0 && !g_specAsked && (!g_bridgeSpeculatesByDefault || g_frontCacheEntries.load() != 0)) {
-    // the default only: this policy cannot say where an allocation lands (or is an outside
-    // one, whose peeks are the user's to turn on), or the front cache is on
-    g_specContext.store(0);
+  // Unasked, on with one JS thread for a built-in policy that peeks, the front cache off (an
+  // outside policy's peeks are the user's to turn on); asked, refused below where it cannot be.
+  if (!g_specAsked && g_threading == kThreadingThread && g_bridgeSpeculatesByDefault && g_frontCacheEntries.load() == 0) {
+    g_specContext.store(kSpecDefault);
   }
   if (g_specContext.load() > 0) {
     if (!g_bridgePeeks) {
@@ -805,8 +805,6 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
     }
     g_specContext.store(static_cast<int>(v));
     g_specAsked = true;
-  } else if (threading == kThreadingThread) {
-    g_specContext.store(kSpecDefault);
   }
   if (threading == kThreadingThread && !drainOff) {
     // the default with one JS thread: frees handed over 2 us after they are first seen, so that
@@ -822,7 +820,7 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
     g_timeWhole = std::strcmp(s, "total") == 0;
     g_timeParts = *s != '\0' && std::strcmp(s, "0") != 0 && !g_timeWhole;
   }
-  g_threading = threading;
+  g_threading = threading;  // before Node starts: StartNode reads it
   std::string startErr;
   if (threading == kThreadingThread) {
     std::mutex m;

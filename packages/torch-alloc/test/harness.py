@@ -175,6 +175,18 @@ class Live:
             del self.ends[addr]
 
 
+def expected_speculate(threading_design, builtin_peeks, front_cache_entries=0):
+    """stats()["speculate"] as the library should set it: GMLAKE_SPECULATE where asked (one JS
+    thread only), else 6 with one JS thread for a built-in policy that peeks (vms) and no front
+    cache, else 0."""
+    asked = os.environ.get("GMLAKE_SPECULATE")
+    if threading_design != "thread":
+        return 0
+    if asked is not None:
+        return int(asked)
+    return 6 if builtin_peeks and not front_cache_entries else 0
+
+
 def stress(policy, threading_design, **kw):
     """_stress, failed too by any line the library says on stderr (a queued free that failed)."""
     err, said = with_stderr(lambda: _stress(policy, threading_design, **kw))
@@ -290,11 +302,7 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
     # GMLAKE_SPECULATE: on by default (6) with one JS thread, a policy that peeks (vms) and no
     # front cache; asked for, some allocations took an answer worked out ahead; none when off
     spec_env = os.environ.get("GMLAKE_SPECULATE")
-    expect = 0
-    if threading_design == "thread" and spec_env is not None:
-        expect = int(spec_env)
-    elif threading_design == "thread" and policy == "vms" and not front_cache_entries:
-        expect = 6
+    expect = expected_speculate(threading_design, policy == "vms", front_cache_entries)
     if stats["speculate"] != expect:
         return f"stats() says speculate={stats['speculate']}, expected {expect} ({threading_design}, {policy}, GMLAKE_SPECULATE={spec_env})"
     if not stats["num_speculation_hits"] <= stats["num_speculations"]:
@@ -559,7 +567,7 @@ def front_cache_hostile():
 
 
 def hostile_mix(ops=20000, seed=11, speculate=False):
-    """The front cache under a random mix of good and bad calls: allocs of a step's sizes on two
+    """The front cache (or, speculate, answers worked out ahead) under a random mix of good and bad calls: allocs of a step's sizes on two
     streams, frees, record_stream, empty_cache and stats, and among them second frees of freed
     blocks, frees of addresses never handed out and frees with another size. No address is ever
     handed out while live or if it was never ours, every block keeps its pattern, and at the
@@ -653,8 +661,8 @@ def hostile_mix(ops=20000, seed=11, speculate=False):
     if s["live_blocks"] != 0 or s["allocated_bytes.all.current"] != 0:
         return f"after every free: {s['live_blocks']} blocks live ({s['allocated_bytes.all.current']} bytes)"
     hits = s["num_speculation_hits"] if speculate else s["num_front_cache_hits"]
-    if speculate and s["speculate"] != 6:
-        return f"one JS thread and vms: stats() speculate {s['speculate']}, expected the default 6"
+    if speculate and s["speculate"] != expected_speculate("thread", True):
+        return f"one JS thread and vms: stats() speculate {s['speculate']}, expected {expected_speculate('thread', True)}"
     if hits < counts["allocs"] // (20 if speculate else 10):
         return f"only {hits} hits in {counts['allocs']} allocs: the mix did not reach the {'answers worked out ahead' if speculate else 'cache'}"
     leaks = gmlake_torch.close()["leaks"]
@@ -700,8 +708,8 @@ def threading_auto():
     s = gmlake_torch.stats()
     if st != 0 or s["threading"] != "thread":
         return f"auto with enough CPUs: alloc status {st}, stats() threading {s['threading']}"
-    if s["speculate"] != int(os.environ.get("GMLAKE_SPECULATE", "6")):
-        return f"auto with enough CPUs and vms: stats() speculate {s['speculate']}, expected the default 6"
+    if s["speculate"] != expected_speculate("thread", True):
+        return f"auto with enough CPUs and vms: stats() speculate {s['speculate']}, expected {expected_speculate('thread', True)}"
     print(json.dumps({"case": "threading-auto", "one_cpu": "locker", "enough_cpus": s["threading"]}))
     return None
 
@@ -745,10 +753,11 @@ def node_flags():
     return None
 
 
-def speculate_outside(expect):
+def speculate_outside():
     """An outside policy that peeks (vms under another name, from a policy module) on one JS
-    thread: answers worked out ahead only when GMLAKE_SPECULATE asks for them (stats()'s
-    speculate: `expect`), since a peek its malloc contradicts stops the process."""
+    thread: answers worked out ahead only when GMLAKE_SPECULATE asks for them, since a peek
+    its malloc contradicts stops the process."""
+    expect = expected_speculate("thread", False)
     stitch = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "stitch", "dist", "index.js")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "my-vms.mjs")
@@ -901,8 +910,8 @@ CASES = {
                                                        policy="caching", driver="host", threading="thread"),
     "speculate-front-cache": lambda: expect_start_error("GMLAKE_SPECULATE and the front cache (frontCacheEntries) do not go together",
                                                         policy="vms", driver="host", threading="thread", front_cache_entries=16),
-    "speculate-outside-policy": lambda: speculate_outside(0),
-    "speculate-outside-policy-asked": lambda: speculate_outside(6),
+    "speculate-outside-policy": speculate_outside,
+    "speculate-outside-policy-asked": speculate_outside,
     "drain-locker": lambda: expect_start_error("GMLAKE_DRAIN_US needs GMLAKE_THREADING=thread", policy="vms", driver="host"),
     "drain-env": lambda: expect_start_error("GMLAKE_DRAIN_US takes microseconds (a number >= 0), not 'soon' (or off)", policy="vms",
                                             driver="host", threading="thread"),
