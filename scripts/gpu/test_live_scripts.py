@@ -467,5 +467,29 @@ class DriverTimeFresh(unittest.TestCase):
         self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
 
 
+class DriverProbes(unittest.TestCase):
+    """The ctypes probes run on the GPU host only; elsewhere, and on bad arguments, one line and exit 2."""
+
+    def probe(self, script, *args):
+        env = dict(os.environ, GMLAKE_LIBCUDA="/nonexistent/libcuda.so.1")
+        return subprocess.run([sys.executable, os.path.join(HERE, script), *args], capture_output=True, text=True, env=env, timeout=60)
+
+    def test_no_driver_one_line_exit_2(self):
+        for script in ("vmm_slices.py", "vmm_setaccess.py"):
+            p = self.probe(script)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertIn("cannot load the CUDA driver", p.stderr)
+            self.assertEqual(p.stdout, "")
+
+    def test_bad_arguments_one_line_exit_2_before_the_driver(self):
+        for args, word in ((["0"], "GROWS"), (["x"], "GROWS"), (["10", "3"], "MIB"), (["10", "-2"], "MIB")):
+            p = self.probe("vmm_setaccess.py", *args)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertIn(word, p.stderr)
+            self.assertNotIn("CUDA driver", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
