@@ -6,6 +6,8 @@
 # SPEC: a policy, or POLICY:{json options} (e.g. 'vms:{"minTailHandleBytes":134217728}');
 # default: vms caching. REPS (default 2): processes per trace and spec, in turns (ABAB).
 # DRIVER: cuda (default), or sim / host to try the script without a GPU.
+# DRIVER_TIME_BENCH: another copy of the per-process bench, relative to the workspace (to
+# measure a change of the measuring code itself against the committed one in one call).
 # TRACES: substrings picking traces (default: every trace of the shared traces and of
 # CORPUS, default corpus/ beside this script's workspace).
 # Prints one markdown table (median and range over the processes of "% of trace" and
@@ -15,7 +17,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-bench=$repo/packages/stitch/bench/driver-time.mjs
+bench=$repo/${DRIVER_TIME_BENCH:-packages/stitch/bench/driver-time.mjs}
 driver=${DRIVER:-cuda}
 reps=${1:-2}
 shift || true

@@ -2,7 +2,9 @@
 // host, where each call's time is measured; sim here, where it is the cost model's) with
 // every call's time taken one by one, then broken
 // down by call kind, by handle size, by how many mappings a set-access / unmap covers,
-// by phase (first half, second half, teardown) and by first touch:
+// by phase (first half, second half, teardown), by the host time since the previous call
+// (back to back or after engine work: run 34 found the work between calls sets their cost)
+// and by first touch:
 //   new-to-process  a create/alloc that takes the process past the most device memory it
 //                   ever held (the driver must find fresh physical pages)
 //   new-to-run      past what this replay held so far but not past the process's high-water
@@ -70,20 +72,50 @@ const sizeBucket = (b) => {
   if (m <= 512) return "66-512 MiB";
   return "> 512 MiB";
 };
+// Host time since the previous driver call ended: back to back (the same grow's calls), a
+// little engine work between, or more (run 34: the work between calls sets their cost).
+const GAP = ["after <= 3 us", "after 3-30 us", "after > 30 us"];
+const gapBucket = (us) => (us <= 3 ? 0 : us <= 30 ? 1 : 2);
 const mapBucket = (n) => (n <= 1 ? "1" : n <= 4 ? "2-4" : n <= 16 ? "5-16" : n <= 64 ? "17-64" : "> 64");
 
-/** Times each call of the driver under it and files it; the process-wide high-water survives replays. */
+/**
+ * Times each call of the driver under it and records it; the process-wide high-water survives
+ * replays. Between two calls it does as little as it can: a few typed-array stores, no
+ * strings, objects or driver stats (run 34: the host work between driver calls sets what
+ * they cost, and building the stats object twice a call, with a string key per table, is
+ * such work; its figures are in BENCHMARKS.md). The tables are filed after the replay.
+ * Measured drivers (cuda, host) are timed here with performance.now() around the call (the
+ * driver's own clock is the same, less its bookkeeping); the sim's modelled time comes from
+ * its stats.
+ */
 class CallLog extends DriverAdaptor {
   static processHigh = 0;
   static processHeld = 0;
-  constructor(inner, sink) {
+  constructor(inner, modelled) {
     super(inner);
-    this.sink = sink;
+    this.modelled = modelled;
     this.runHigh = 0;
     this.runHeld = 0;
     this.statsCalls = 0;
     this.mapped = new Map(); // mapping start -> bytes (set-access and unmap cost per mapping)
     this.allocs = new Map(); // memAlloc address -> bytes
+    this.lastEnd = -Infinity; // performance.now() when the previous call returned
+    this.n = 0;
+    this.grow(4096);
+  }
+  grow(cap) {
+    const keep = (A, old) => {
+      const a = new A(cap);
+      if (old) a.set(old.subarray(0, this.n));
+      return a;
+    };
+    this.kind = keep(Uint8Array, this.kind);
+    this.bytes = keep(Float64Array, this.bytes);
+    this.mappings = keep(Uint32Array, this.mappings);
+    this.touchOf = keep(Uint8Array, this.touchOf);
+    this.phaseOf = keep(Uint8Array, this.phaseOf);
+    this.us = keep(Float64Array, this.us);
+    this.gap = keep(Uint8Array, this.gap);
   }
   // replay() reads stats() at its start, at its midpoint event and at its end (teardown follows)
   stats() {
@@ -115,14 +147,29 @@ class CallLog extends DriverAdaptor {
     }
     return n;
   }
-  /** The call's time as the driver itself counts it: measured (cuda, host) or modelled (sim). */
   timed(kind, bytes, mappings, touch, fn) {
-    const s = this.inner.stats().totalTimeUs;
+    const start = performance.now();
+    const s = this.modelled ? this.inner.stats().totalTimeUs : 0;
     try {
       return fn();
     } finally {
-      this.sink(kind, bytes, mappings, touch, this.phase, this.inner.stats().totalTimeUs - s);
+      const end = performance.now();
+      const us = this.modelled ? this.inner.stats().totalTimeUs - s : (end - start) * 1000;
+      if (this.n === this.us.length) this.grow(2 * this.n);
+      const i = this.n++;
+      this.kind[i] = kind;
+      this.bytes[i] = bytes;
+      this.mappings[i] = mappings;
+      this.touchOf[i] = touch;
+      this.phaseOf[i] = this.phase;
+      this.us[i] = us;
+      this.gap[i] = gapBucket((start - this.lastEnd) * 1000);
+      this.lastEnd = end;
     }
+  }
+  /** Every recorded call, in order, to `sink(kind, bytes, mappings, touch, phase, us, gap)`. */
+  fileInto(sink) {
+    for (let i = 0; i < this.n; i++) sink(this.kind[i], this.bytes[i], this.mappings[i], this.touchOf[i], this.phaseOf[i], this.us[i], this.gap[i]);
   }
   memCreate(size) {
     const h = this.timed(K.memCreate, size, 1, this.touch(size), () => this.inner.memCreate(size));
@@ -194,6 +241,7 @@ class Groups {
 const bySize = new Groups();
 const byMappings = new Groups();
 const byPhase = new Groups();
+const byGap = new Groups();
 const byTouch = new Groups();
 const runs = [];
 const skipped = [];
@@ -224,7 +272,7 @@ for (let round = 1; round <= rounds; round++) {
       const perKindCalls = new Float64Array(DRIVER_CALLS.length);
       const half = [0, 0, 0];
       const halfCalls = [0, 0, 0];
-      const sink = (kind, bytes, mappings, touch, phase, us) => {
+      const sink = (kind, bytes, mappings, touch, phase, us, gap) => {
         const c = DRIVER_CALLS[kind];
         perKind[kind] += us;
         perKindCalls[kind]++;
@@ -233,9 +281,10 @@ for (let round = 1; round <= rounds; round++) {
         bySize.add(`${policy}|${c}|${sizeBucket(bytes)}`, us);
         if (c === "memSetAccess" || c === "memUnmap") byMappings.add(`${policy}|${c}|${mapBucket(mappings)}`, us, mappings);
         byPhase.add(`${policy}|${c}|${PHASE[phase]}`, us);
+        if (phase < 2) byGap.add(`${policy}|${c}|${GAP[gap]}`, us, mappings);
         if (c === "memCreate" || c === "memAlloc") byTouch.add(`${policy}|${c}|${TOUCH[touch]}`, us);
       };
-      const d = new CallLog(driver, sink);
+      const d = new CallLog(driver, driverName === "sim");
       let error = null;
       let r = null;
       try {
@@ -243,6 +292,7 @@ for (let round = 1; round <= rounds; round++) {
       } catch (e) {
         error = String(e?.message ?? e);
       }
+      d.fileInto(sink);
       const totalUs = perKind.reduce((a, b) => a + b, 0);
       const row = {
         trace: name,
@@ -306,13 +356,18 @@ table(
   split(byMappings.rows()).map(([p, c, k, r]) => [p, c, k, ...stat(r), fmt(r.usPerMapping)]),
 );
 table("First touch: creates and allocs by whether the memory is new", ["policy", "call", "touch", "calls", "total ms", "median us", "p90 us", "max us"], split(byTouch.rows()).map(([p, c, k, r]) => [p, c, k, ...stat(r)]));
+table(
+  "By the host time since the previous driver call (workload; per mapping for set-access and unmap)",
+  ["policy", "call", "gap", "calls", "total ms", "median us", "p90 us", "max us", "us per mapping"],
+  split(byGap.rows()).map(([p, c, k, r]) => [p, c, k, ...stat(r), fmt(r.usPerMapping)]),
+);
 table("By phase of the trace", ["policy", "call", "phase", "calls", "total ms", "median us", "p90 us", "max us"], split(byPhase.rows()).map(([p, c, k, r]) => [p, c, k, ...stat(r)]));
 if (skipped.length) md.push(`Not run (the ${budgetS} s budget was used up): ${skipped.join(", ")}`, "");
 
 mkdirSync(outDir, { recursive: true });
 writeFileSync(
   join(outDir, "driver-time.json"),
-  JSON.stringify({ driver: driverName, runs, bySize: bySize.rows(), byMappings: byMappings.rows(), byTouch: byTouch.rows(), byPhase: byPhase.rows(), skipped }, null, 1) + "\n",
+  JSON.stringify({ driver: driverName, runs, bySize: bySize.rows(), byMappings: byMappings.rows(), byTouch: byTouch.rows(), byPhase: byPhase.rows(), byGap: byGap.rows(), skipped }, null, 1) + "\n",
 );
 writeFileSync(join(outDir, "driver-time.md"), md.join("\n"));
 console.log(md.join("\n"));
