@@ -21,6 +21,8 @@ try:
     cu = C.CDLL(os.environ.get("GMLAKE_LIBCUDA", "libcuda.so.1"))
 except OSError as e:
     die(f"cannot load the CUDA driver ({e}); run this on the GPU host")
+if not hasattr(cu, "cuInit") or not hasattr(cu, "cuGetErrorName"):
+    die(f"{cu._name} is not the CUDA driver (no cuInit)")
 
 
 class Loc(C.Structure):
@@ -45,9 +47,22 @@ def name(rc):
     return s.value.decode() if s.value else str(rc)
 
 
+class DriverError(RuntimeError):
+    """A driver call failed: the probe stops with one line naming the call and the CUDA error."""
+
+
+def _one_line(kind, value, tb):
+    if issubclass(kind, DriverError):
+        die(str(value))
+    sys.__excepthook__(kind, value, tb)
+
+
+sys.excepthook = _one_line
+
+
 def ok(rc, what):
     if rc != 0:
-        raise RuntimeError(f"{what}: {name(rc)}")
+        raise DriverError(f"{what}: {name(rc)}")
 
 
 def timed(fn, *args):
@@ -56,10 +71,7 @@ def timed(fn, *args):
     return rc, (time.perf_counter_ns() - t) / 1000.0
 
 
-try:
-    ok(cu.cuInit(0), "cuInit")
-except RuntimeError as e:
-    die(str(e))
+ok(cu.cuInit(0), "cuInit")
 dev = C.c_int()
 ok(cu.cuDeviceGet(C.byref(dev), 0), "cuDeviceGet")
 ctx = C.c_void_p()
@@ -79,8 +91,6 @@ cu.cuMemCreate.argtypes = [C.c_void_p, C.c_size_t, C.c_void_p, C.c_ulonglong]
 cu.cuMemRelease.argtypes = [C.c_ulonglong]
 cu.cuMemAddressReserve.argtypes = [C.c_void_p, C.c_size_t, C.c_size_t, C.c_ulonglong, C.c_ulonglong]
 cu.cuMemAddressFree.argtypes = [C.c_ulonglong, C.c_size_t]
-cu.cuMemsetD8_v2.argtypes = [C.c_ulonglong, C.c_ubyte, C.c_size_t]
-cu.cuMemcpyDtoH_v2.argtypes = [C.c_void_p, C.c_ulonglong, C.c_size_t]
 
 
 

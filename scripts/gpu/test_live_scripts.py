@@ -482,6 +482,25 @@ class DriverProbes(unittest.TestCase):
             self.assertIn("cannot load the CUDA driver", p.stderr)
             self.assertEqual(p.stdout, "")
 
+    def test_a_driver_without_a_device_one_line_exit_2(self):
+        # a stand-in libcuda whose cuInit answers CUDA_ERROR_NO_DEVICE (a host with the driver but no GPU)
+        with tempfile.TemporaryDirectory() as d:
+            src, lib = os.path.join(d, "fake.c"), os.path.join(d, "libcuda.so.1")
+            with open(src, "w") as f:
+                f.write('int cuInit(unsigned f) { return 100; }\n'
+                        'int cuGetErrorName(int e, const char** s) { *s = e == 100 ? "CUDA_ERROR_NO_DEVICE" : "?"; return 0; }\n')
+            subprocess.run(["cc", "-shared", "-fPIC", "-o", lib, src], check=True)
+            for script in ("vmm_slices.py", "vmm_setaccess.py"):
+                env = dict(os.environ, GMLAKE_LIBCUDA=lib)
+                p = subprocess.run([sys.executable, os.path.join(HERE, script)], capture_output=True, text=True, env=env, timeout=60)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(p.stderr.strip(), f"{script}: cuInit: CUDA_ERROR_NO_DEVICE")
+            env = dict(os.environ, GMLAKE_LIBCUDA="libc.so.6")
+            p = subprocess.run([sys.executable, os.path.join(HERE, "vmm_slices.py")], capture_output=True, text=True, env=env, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("is not the CUDA driver", p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+
     def test_bad_arguments_one_line_exit_2_before_the_driver(self):
         for args, word in ((["0"], "GROWS"), (["x"], "GROWS"), (["10", "3"], "MIB"), (["10", "-2"], "MIB")):
             p = self.probe("vmm_setaccess.py", *args)

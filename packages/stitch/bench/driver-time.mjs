@@ -82,8 +82,10 @@ const mapBucket = (n) => (n <= 1 ? "1" : n <= 4 ? "2-4" : n <= 16 ? "5-16" : n <
  * Times each call of the driver under it and records it; the process-wide high-water survives
  * replays. Between two calls it does as little as it can: a few typed-array stores, no
  * strings, objects or driver stats (run 34: the host work between driver calls sets what
- * they cost, and building the stats object twice a call, with a string key per table, is
- * such work; its figures are in BENCHMARKS.md). The tables are filed after the replay.
+ * they cost). Measured against the earlier log, which built the stats object twice a call
+ * and five string keys: the same totals within the runs' spread (BENCHMARKS.md, sixth and
+ * seventh driver-time runs), so the earlier tables stand. The tables are filed after the
+ * replay.
  * Measured drivers (cuda, host) are timed here with performance.now() around the call (the
  * driver's own clock is the same, less its bookkeeping); the sim's modelled time comes from
  * its stats.
