@@ -12,7 +12,9 @@
 #              every tensor verified on the GPU before its free; PyTorch's own as the control)
 #   micro      per-call cost inside the PyTorch process: alloc+free pairs through
 #              torch.cuda.caching_allocator_alloc/delete, PyTorch default and expandable
-#              beside ours:caching and ours:vms (median, p99), from Python and from C++
+#              beside ours:caching and ours:vms (median, p99), from Python and from C++; with
+#              a bundled baseline (bundle.sh --live --baseline REV) or BASELINE_LIB, vms's
+#              default and no-speculate rows again on that library, each right after ours
 #   threading  threading_bench (CPU): a Locker per call vs one JS thread, on this host
 #              (THREADING_REPS rounds, default 1; the bundled baseline's library too)
 #   workloads  live_workloads.py: each of WORKLOADS under each of ALLOCATORS, LIVE_STEPS steps,
@@ -81,7 +83,8 @@ timing_allocators=${TIMING_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:
 timing_reps=${TIMING_REPS:-2}
 timing_steps=${TIMING_STEPS:-16}
 timing_time_calls=${TIMING_TIME_CALLS:-1}
-baseline_lib=$work/baseline/packages/torch-alloc/build/lib/libgmlake_torch_alloc.so
+# BASELINE_LIB: a build of libgmlake_torch_alloc.so to measure against (default: the bundled baseline)
+baseline_lib=${BASELINE_LIB:-$work/baseline/packages/torch-alloc/build/lib/libgmlake_torch_alloc.so}
 baseline_rev=$(cat .gpu/baseline.rev 2>/dev/null || echo unknown)
 profile_workloads=${PROFILE_WORKLOADS:-gpt2_ft}
 profile_allocators=${PROFILE_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:expandable}
@@ -243,6 +246,13 @@ step_micro() {
   for p in pytorch pytorch-expandable plug:pytorch-expandable caching vms; do
     run "micro-${p//:/_}" 45 "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs 200000
   done
+  # with a bundled baseline (bundle.sh --live --baseline REV): vms's default on the library at
+  # REV right after this tree's, so a hand-off change is measured against what it changes on
+  # the same host (the C++ pair bench goes through whichever allocator is plugged in: copied)
+  if [ -f "$baseline_lib" ]; then
+    cp -f "$("$python" -c 'import gmlake_torch; print(gmlake_torch.pair_bench_path())')" "$(dirname "$baseline_lib")/" 2>/dev/null || true
+    run "micro-vms-baseline" 45 env GMLAKE_TORCH_ALLOC_LIB="$baseline_lib" "$python" scripts/gpu/live_checks.py micro --policy vms --pairs 200000
+  fi
   # the capture check the old way (cuStreamIsCapturing on every alloc and free), beside the default
   run "micro-vms-capture-always" 45 env GMLAKE_CAPTURE_CHECK=always "$python" scripts/gpu/live_checks.py micro --policy vms --pairs 200000
   # both threadings (the default, auto, is one JS thread on this host's 16 CPUs)
@@ -251,6 +261,9 @@ step_micro() {
   # its drains of queued frees at once instead of after 2 us (in a hot loop the next alloc
   # comes sooner and takes them in its own call)
   run "micro-vms-no-speculate" 45 env GMLAKE_SPECULATE=0 "$python" scripts/gpu/live_checks.py micro --policy vms --pairs 200000
+  if [ -f "$baseline_lib" ]; then
+    run "micro-vms-no-speculate-baseline" 45 env GMLAKE_SPECULATE=0 GMLAKE_TORCH_ALLOC_LIB="$baseline_lib" "$python" scripts/gpu/live_checks.py micro --policy vms --pairs 200000
+  fi
   run "micro-vms-drain0" 45 env GMLAKE_DRAIN_US=0 "$python" scripts/gpu/live_checks.py micro --policy vms --pairs 200000
 }
 

@@ -344,6 +344,15 @@ if "--profile-steps" in a:
 print("RESULT " + json.dumps(res))
 EOF
 fi
+if [ "$1" = scripts/gpu/live_checks.py ] && [ "$2" = micro ]; then
+  # a made-up micro row that says which library and knobs it ran with
+  printf 'RESULT {"check": "micro", "policy": "%s", "ok": true, "median_us": 5.0, "p99_us": 9.0, "mean_us": 5.0, "timer_median_us": 0.1, "native": null, "engine": null, "lib": "%s", "speculate": "%s"}\\n' "$4" "${GMLAKE_TORCH_ALLOC_LIB:-}" "${GMLAKE_SPECULATE:-}"
+  exit 0
+fi
+if [ "$1" = -c ] && [[ $2 == *pair_bench_path* ]]; then
+  echo "$FAKE_PAIR_BENCH"
+  exit 0
+fi
 exec python3 "$@"
 '''
 
@@ -375,7 +384,8 @@ class LiveRun(unittest.TestCase):
             with open(py, "w") as f:
                 f.write(FAKE_PYTHON)
             os.chmod(py, 0o755)
-            env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), GMLAKE_RUN_DIR=os.path.join(d, "work"), **knobs)
+            env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), GMLAKE_RUN_DIR=os.path.join(d, "work"))
+            env.update(knobs)
             p = subprocess.run(["bash", os.path.join(HERE, "live-run.sh")], capture_output=True, text=True, env=env,
                                cwd=ROOT, timeout=120)
             self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
@@ -414,6 +424,28 @@ class LiveRun(unittest.TestCase):
         said = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("live-run:")]
         self.assertEqual(len(said), 1, p.stdout + p.stderr)
         self.assertIn("TIMING_ENVS names baseline", said[0])
+
+    def test_micro_runs_the_bundled_baseline_beside_this_tree(self):
+        with tempfile.TemporaryDirectory() as d:
+            lib = os.path.join(d, "baseline", "lib", "libgmlake_torch_alloc.so")
+            os.makedirs(os.path.dirname(lib))
+            open(lib, "w").close()
+            bench = os.path.join(d, "libgmlake_pair_bench.so")
+            with open(bench, "w") as f:
+                f.write("pair bench")
+            _, rows, _ = self.live_run(STEPS="micro", BASELINE_LIB=lib, FAKE_PAIR_BENCH=bench)
+            # the C++ pair bench is copied beside the baseline's library (the row looks for it there)
+            self.assertTrue(os.path.exists(os.path.join(os.path.dirname(lib), "libgmlake_pair_bench.so")))
+        tags = [r["tag"] for r in rows]
+        i = tags.index("micro-vms")
+        self.assertEqual(tags[i + 1], "micro-vms-baseline")
+        self.assertEqual(rows[i + 1]["lib"], lib)
+        self.assertEqual(rows[i]["lib"], "")
+        j = tags.index("micro-vms-no-speculate")
+        self.assertEqual((tags[j + 1], rows[j + 1]["lib"], rows[j + 1]["speculate"]), ("micro-vms-no-speculate-baseline", lib, "0"))
+        # without a bundled baseline: no baseline rows
+        _, rows, _ = self.live_run(STEPS="micro")
+        self.assertFalse([r["tag"] for r in rows if "baseline" in r["tag"]])
 
     def test_loops_tags_and_summary(self):
         p, rows, summary = self.live_run(
