@@ -499,12 +499,55 @@ class DriverTimeFresh(unittest.TestCase):
         self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
 
 
-class DriverProbes(unittest.TestCase):
-    """The ctypes probes run on the GPU host only; elsewhere, and on bad arguments, one line and exit 2."""
+# A stand-in libcuda for the probes: every call they make, on no device. FAKE_CUINIT sets what
+# cuInit answers (100: CUDA_ERROR_NO_DEVICE, a host with the driver but no GPU); a map of less
+# than a whole handle is refused as the H200's driver refuses it (CUDA_ERROR_NOT_SUPPORTED).
+FAKE_LIBCUDA = r"""
+#include <stddef.h>
+#include <stdlib.h>
+typedef unsigned long long u64;
+static size_t sizes[1 << 16];
+static u64 next_handle = 1, next_va = 1ull << 40;
+int cuInit(unsigned f) { const char* e = getenv("FAKE_CUINIT"); return e ? atoi(e) : 0; }
+int cuGetErrorName(int e, const char** s) {
+  *s = e == 0 ? "CUDA_SUCCESS" : e == 100 ? "CUDA_ERROR_NO_DEVICE" : e == 801 ? "CUDA_ERROR_NOT_SUPPORTED" : "CUDA_ERROR_UNKNOWN";
+  return 0;
+}
+int cuDeviceGet(int* d, int i) { *d = i; return 0; }
+int cuDevicePrimaryCtxRetain(void** c, int d) { *c = (void*)1; return 0; }
+int cuCtxSetCurrent(void* c) { return 0; }
+int cuCtxSynchronize(void) { return 0; }
+int cuMemGetAllocationGranularity(size_t* g, const void* p, int f) { *g = 2u << 20; return 0; }
+int cuMemGetInfo_v2(size_t* fr, size_t* t) { *fr = *t = 1ull << 37; return 0; }
+int cuMemAddressReserve(u64* p, size_t n, size_t a, u64 at, u64 f) { *p = next_va; next_va += n + (2u << 20); return 0; }
+int cuMemAddressFree(u64 p, size_t n) { return 0; }
+int cuMemCreate(u64* h, size_t n, const void* p, u64 f) { *h = next_handle++; sizes[*h % (1 << 16)] = n; return 0; }
+int cuMemRelease(u64 h) { return 0; }
+int cuMemMap(u64 p, size_t n, size_t off, u64 h, u64 f) { return off != 0 || n != sizes[h % (1 << 16)] ? 801 : 0; }
+int cuMemUnmap(u64 p, size_t n) { return 0; }
+int cuMemSetAccess(u64 p, size_t n, const void* d, size_t k) { return 0; }
+"""
 
-    def probe(self, script, *args):
-        env = dict(os.environ, GMLAKE_LIBCUDA="/nonexistent/libcuda.so.1")
-        return subprocess.run([sys.executable, os.path.join(HERE, script), *args], capture_output=True, text=True, env=env, timeout=60)
+
+class DriverProbes(unittest.TestCase):
+    """The ctypes probes (vmm_slices.py, vmm_setaccess.py): their whole flow on a stand-in
+    libcuda; without a driver, without a device and on bad arguments, one line and exit 2."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        src, cls.fake = os.path.join(cls.dir.name, "fake.c"), os.path.join(cls.dir.name, "libcuda.so.1")
+        with open(src, "w") as f:
+            f.write(FAKE_LIBCUDA)
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", cls.fake, src], check=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def probe(self, script, *args, lib="/nonexistent/libcuda.so.1", **env):
+        env = dict(os.environ, GMLAKE_LIBCUDA=lib, **env)
+        return subprocess.run([sys.executable, os.path.join(HERE, script), *args], capture_output=True, text=True, env=env, timeout=120)
 
     def test_no_driver_one_line_exit_2(self):
         for script in ("vmm_slices.py", "vmm_setaccess.py"):
@@ -515,23 +558,36 @@ class DriverProbes(unittest.TestCase):
             self.assertEqual(p.stdout, "")
 
     def test_a_driver_without_a_device_one_line_exit_2(self):
-        # a stand-in libcuda whose cuInit answers CUDA_ERROR_NO_DEVICE (a host with the driver but no GPU)
-        with tempfile.TemporaryDirectory() as d:
-            src, lib = os.path.join(d, "fake.c"), os.path.join(d, "libcuda.so.1")
-            with open(src, "w") as f:
-                f.write('int cuInit(unsigned f) { return 100; }\n'
-                        'int cuGetErrorName(int e, const char** s) { *s = e == 100 ? "CUDA_ERROR_NO_DEVICE" : "?"; return 0; }\n')
-            subprocess.run(["cc", "-shared", "-fPIC", "-o", lib, src], check=True)
-            for script in ("vmm_slices.py", "vmm_setaccess.py"):
-                env = dict(os.environ, GMLAKE_LIBCUDA=lib)
-                p = subprocess.run([sys.executable, os.path.join(HERE, script)], capture_output=True, text=True, env=env, timeout=60)
-                self.assertEqual(p.returncode, 2, p.stderr)
-                self.assertEqual(p.stderr.strip(), f"{script}: cuInit: CUDA_ERROR_NO_DEVICE")
-            env = dict(os.environ, GMLAKE_LIBCUDA="libc.so.6")
-            p = subprocess.run([sys.executable, os.path.join(HERE, "vmm_slices.py")], capture_output=True, text=True, env=env, timeout=60)
+        for script in ("vmm_slices.py", "vmm_setaccess.py"):
+            p = self.probe(script, lib=self.fake, FAKE_CUINIT="100")
             self.assertEqual(p.returncode, 2, p.stderr)
-            self.assertIn("is not the CUDA driver", p.stderr)
-            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertEqual(p.stderr.strip(), f"{script}: cuInit: CUDA_ERROR_NO_DEVICE")
+        p = self.probe("vmm_slices.py", lib="libc.so.6")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("is not the CUDA driver", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+
+    def test_slices_probe_reports_each_case(self):
+        p = self.probe("vmm_slices.py", lib=self.fake)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = [(r["map_offset_mib"], r["map_size_mib"], r["result"]) for r in map(json.loads, p.stdout.splitlines())]
+        self.assertEqual(got, [(0, 64, "CUDA_ERROR_NOT_SUPPORTED"), (64, 64, "CUDA_ERROR_NOT_SUPPORTED"), (0, 256, "CUDA_SUCCESS")])
+
+    def test_setaccess_probe_runs_every_case(self):
+        p = self.probe("vmm_setaccess.py", "6", "2", lib=self.fake)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+        cases = [r["case"] for r in rows]
+        self.assertEqual(len(cases), 17, cases)
+        for want in ("va-first (280G reservation)", "reserve 1T", "live 1500 (280G reservation)", "batch 4 (280G reservation)",
+                     "trash 32M between grows", "trash 32M + cuMemGetInfo", "trash 32M on the main thread, calls on a worker"):
+            self.assertIn(want, cases)
+        for r in rows:
+            self.assertEqual((r["grows"], r["mib"]), (6, 2))
+            self.assertGreaterEqual(r["create"], 0)
+        self.assertIsNotNone(next(r for r in rows if r["case"] == "trash 32M + cuMemGetInfo")["warm-up call"])
+        # the markdown table: a row per case
+        self.assertEqual(sum(1 for l in p.stdout.splitlines() if l.startswith("| ") and not l.startswith("| case") and "---" not in l), 17)
 
     def test_bad_arguments_one_line_exit_2_before_the_driver(self):
         for args, word in ((["0"], "GROWS"), (["x"], "GROWS"), (["10", "3"], "MIB"), (["10", "-2"], "MIB")):

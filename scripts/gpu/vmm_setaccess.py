@@ -68,41 +68,31 @@ def trash1():
     trash(1)
 
 
-def on_worker(fn, *args):
-    """Run fn(*args) on a second thread pinned to another core; the caller trashes its caches before each grow."""
+def on_worker(base, n, size):
+    """n grows made by a second thread pinned to another core, the main thread (pinned too)
+    trashing its caches before each: the worker says it is ready, waits for the go, grows."""
     import os
     import threading
 
     cores = sorted(os.sched_getaffinity(0))
-    main, other = cores[0], cores[len(cores) // 2]
-    os.sched_setaffinity(0, {main})
-    go, done = threading.Semaphore(0), threading.Semaphore(0)
+    os.sched_setaffinity(0, {cores[0]})
+    ready, go = threading.Semaphore(0), threading.Semaphore(0)
     out = {}
 
-    def hook():
-        trash()
-        go.release()  # the worker makes this grow's calls...
-        done.acquire()  # ...and the main thread waits for them
+    def between():
+        ready.release()
+        go.acquire()
 
     def work():
-        os.sched_setaffinity(0, {other})
-        state = {"first": True}
-
-        def step():
-            if state["first"]:
-                state["first"] = False
-            else:
-                done.release()
-            go.acquire()
-
-        out["r"] = fn(*args, between=step)
-        done.release()
+        os.sched_setaffinity(0, {cores[len(cores) // 2]})
+        out["r"] = grows(base, n, size, between=between)
 
     t = threading.Thread(target=work)
     t.start()
-    # the worker's grows each wait for one go; the main thread trashes, then lets it run
-    for _ in range(args[1] // args[3] if len(args) > 3 else args[1]):
-        hook()
+    for _ in range(n):
+        ready.acquire()  # the previous grow's calls are done
+        trash()
+        go.release()
     t.join()
     os.sched_setaffinity(0, set(cores))
     return out["r"]
@@ -216,7 +206,7 @@ for wname, wfn in warmers.items():
     t["warm-up call"] = spent
     report(f"trash 32M + {wname}", t)
     teardown(made)
-made, t = on_worker(grows, r, GROWS, SIZE, 1)
+made, t = on_worker(r, GROWS, SIZE)
 report("trash 32M on the main thread, calls on a worker", t)
 teardown(made)
 made, t = grows(r, GROWS, SIZE)

@@ -103,9 +103,9 @@ class CallLog extends DriverAdaptor {
     this.allocs = new Map(); // memAlloc address -> bytes
     this.lastEnd = -Infinity; // performance.now() when the previous call returned
     this.n = 0;
-    this.grow(4096);
+    this.ensureCapacity(4096);
   }
-  grow(cap) {
+  ensureCapacity(cap) {
     const keep = (A, old) => {
       const a = new A(cap);
       if (old) a.set(old.subarray(0, this.n));
@@ -157,7 +157,7 @@ class CallLog extends DriverAdaptor {
     } finally {
       const end = performance.now();
       const us = this.modelled ? this.inner.stats().totalTimeUs - s : (end - start) * 1000;
-      if (this.n === this.us.length) this.grow(2 * this.n);
+      if (this.n === this.us.length) this.ensureCapacity(2 * this.n);
       const i = this.n++;
       this.kind[i] = kind;
       this.bytes[i] = bytes;
