@@ -248,9 +248,10 @@ step_micro() {
   done
   # with a bundled baseline (bundle.sh --live --baseline REV): vms's default on the library at
   # REV right after this tree's, so a hand-off change is measured against what it changes on
-  # the same host (the C++ pair bench goes through whichever allocator is plugged in: copied)
+  # the same host (the C++ pair bench goes through whichever allocator is plugged in: copied
+  # there unless the baseline has its own)
   if [ -f "$baseline_lib" ]; then
-    cp -f "$("$python" -c 'import gmlake_torch; print(gmlake_torch.pair_bench_path())')" "$(dirname "$baseline_lib")/" 2>/dev/null || true
+    cp -n "$("$python" -c 'import gmlake_torch; print(gmlake_torch.pair_bench_path())')" "$(dirname "$baseline_lib")/" 2>/dev/null || true
     run "micro-vms-baseline" 45 env GMLAKE_TORCH_ALLOC_LIB="$baseline_lib" "$python" scripts/gpu/live_checks.py micro --policy vms --pairs 200000
   fi
   # the capture check the old way (cuStreamIsCapturing on every alloc and free), beside the default

@@ -68,7 +68,8 @@ bool g_started = false;
 
 // The free queue (embed.h): filled under g_freeMutex by any thread, handed to JS through
 // g_freeSlots (a Float64Array there) by whoever holds the isolate, before its call.
-// On a line of their own: callers on any core push, the isolate's holder takes.
+// The mutex on a line of its own: with answers worked out ahead every caller takes it on every
+// allocation, so no other hot global may share its line (BENCHMARKS.md "Run 35").
 alignas(64) std::mutex g_freeMutex;
 std::vector<double> g_freeQueue;  // (address, size, stream) each
 double g_freeSlots[kFreeQueueLength];
