@@ -49,7 +49,7 @@ export interface PolicyInstance {
 }
 
 /** A policy: a plain object registered by name. */
-export interface Policy<O extends PolicyOptions = PolicyOptions> {
+export interface Policy<O extends object = PolicyOptions> {
   readonly name: string;
   readonly description: string;
   /**
@@ -103,7 +103,7 @@ function theRegistry(): Map<string, Policy> {
  * import); returns the policy (`export default registerPolicy({...})`). The same object
  * again changes nothing; another policy of a registered name needs `replace`.
  */
-export function registerPolicy<O extends PolicyOptions>(policy: Policy<O>, options: { replace?: boolean } = {}): Policy<O> {
+export function registerPolicy<O extends object>(policy: Policy<O>, options: { replace?: boolean } = {}): Policy<O> {
   if (typeof policy?.name !== "string" || !/^[a-z][a-z0-9_-]*$/.test(policy.name)) {
     throw new StitchError("BAD_ARGUMENT", `Expected a policy name of lowercase letters, digits, - or _ but received ${String(policy?.name)}`);
   }
