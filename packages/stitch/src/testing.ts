@@ -247,8 +247,8 @@ function checkOutOfMemory(policy: Policy, d: ReturnType<typeof driverOf>, o: Con
  * Run the policy contract on each driver; throws PolicyContractError listing every failed
  * check (each says how to reproduce it), or returns the report.
  */
-export function runPolicyContract(policy: Policy | string, o: ContractOptions = {}): ContractReport {
-  const p = typeof policy === "string" ? getPolicy(policy) : policy;
+export function runPolicyContract<O extends object>(policy: Policy<O> | string, o: ContractOptions = {}): ContractReport {
+  const p = typeof policy === "string" ? getPolicy(policy) : (policy as unknown as Policy); // a Policy<Knobs> of an interface too
   const drivers = (o.drivers ?? (cudaAvailable() ? ["sim", "host", "cuda"] : ["sim", "host"])).map(driverOf);
   const checks: ContractCheck[] = [];
   for (const d of drivers) {
