@@ -31,6 +31,30 @@ export interface Knob {
   readonly nullMeans?: string;
 }
 
+/** The knob types there are. */
+export const KNOB_TYPES: readonly Knob["type"][] = ["bytes", "integer", "number", "boolean", "choice", "divisions"];
+
+/**
+ * A knob's declaration checked when its policy registers: a type there is, bounds that are
+ * numbers, choices for a choice. Otherwise a knob of an unknown type would register and then
+ * refuse every value. Throws StitchError BAD_ARGUMENT naming the policy and the knob.
+ */
+export function checkKnobDeclaration(policy: string, name: string, k: Knob): void {
+  const bad = (why: string): never => {
+    throw new StitchError("BAD_ARGUMENT", `policy ${policy}: knob ${name} ${why}`);
+  };
+  if (!KNOB_TYPES.includes(k.type)) bad(`has type ${JSON.stringify(k.type)}, not one of ${KNOB_TYPES.join(", ")}`);
+  for (const f of ["min", "max", "greaterThan", "multipleOf"] as const) {
+    if (k[f] !== undefined && (typeof k[f] !== "number" || !Number.isFinite(k[f]))) bad(`has ${f} ${String(k[f])}, not a finite number`);
+  }
+  if (k.min !== undefined && k.max !== undefined && k.min > k.max) bad(`has min ${k.min} above max ${k.max}`);
+  if (k.multipleOf !== undefined && !(k.multipleOf > 0)) bad(`has multipleOf ${k.multipleOf}: it must be positive`);
+  if (k.type === "choice" && (!Array.isArray(k.choices) || k.choices.length === 0 || !k.choices.every((c) => typeof c === "string"))) {
+    bad("is a choice with no choices (choices: a list of strings)");
+  }
+  for (const f of ["unit", "nullMeans"] as const) if (k[f] !== undefined && typeof k[f] !== "string") bad(`has a ${f} that is not a string`);
+}
+
 /** Every knob of a policy by name. */
 export type KnobSchema<O> = { readonly [K in keyof O]: Knob };
 
@@ -123,7 +147,8 @@ export function checkKnob(policy: string, name: string, k: Knob, value: unknown)
     const t = v.trim();
     if (t === "null") v = null;
     else if (k.type === "boolean") v = t === "true" ? true : t === "false" ? false : bad();
-    else if (k.type === "bytes") v = parseByteSize(t) ?? bad();
+    // a negative count only as a plain integer, where the knob allows it ("-1 = unlimited")
+    else if (k.type === "bytes") v = parseByteSize(t) ?? (/^-\d+$/.test(t) ? Number(t) : bad());
     else if (k.type === "integer" || k.type === "number") v = /^[-+]?(\d+(\.\d*)?|\.\d+)(e[-+]?\d+)?$/i.test(t) ? Number(t) : bad();
     else if (k.type === "divisions") {
       try {

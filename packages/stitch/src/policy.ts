@@ -1,7 +1,7 @@
 import type { Block } from "./block.js";
 import type { PolicyContext } from "./policy-context.js";
 import { StitchError } from "./errors.js";
-import { checkKnob, knobDefaults, type Knob, type KnobSchema } from "./knobs.js";
+import { checkKnob, checkKnobDeclaration, knobDefaults, type Knob, type KnobSchema } from "./knobs.js";
 import { BUILTIN_POLICIES } from "./policies/builtin.js";
 
 /** A policy's knob values: plain JSON-like values (numbers, booleans, strings, arrays of numbers, null). */
@@ -141,6 +141,7 @@ function checkSchema(policy: Policy): void {
     if (typeof k?.description !== "string" || typeof k.type !== "string") {
       throw new StitchError("BAD_ARGUMENT", `policy ${policy.name}: knob ${name} needs a type and a description`);
     }
+    checkKnobDeclaration(policy.name, name, k);
     try {
       checkKnob(policy.name, name, k, k.default);
     } catch (e) {
