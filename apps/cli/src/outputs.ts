@@ -15,6 +15,7 @@ import {
   type MemoryVizOptions,
   type PlotSeries,
   type StackFrame,
+  type StreamOf,
 } from "@gmlake/trace";
 import { DEFAULT_TRACE } from "./default-trace.js";
 
@@ -43,6 +44,8 @@ export interface ExportContext {
   /** Per trace event, its stack (Snapshot.frames, read with frames: true). */
   frames?: readonly (readonly StackFrame[] | undefined)[];
   annotations?: MemoryVizOptions["annotations"];
+  /** The real stream and private pool behind a replay's pool keys (stitch's poolStreamsOf). */
+  streamOf?: StreamOf;
 }
 
 /** The replayed allocator's history in one of the export formats. */
@@ -53,7 +56,7 @@ export function writeExport(format: string, target: OutputTarget, log: EventLog,
       const src = x.sourceEvents;
       const frames = x.frames;
       const framesOf = src && frames ? (row: number) => (row < src.length && src[row]! >= 0 ? frames[src[row]!] : undefined) : undefined;
-      writeOutputFile(target, exportMemoryViz(log, undefined, { allocatorSettings: settings, annotations: x.annotations, framesOf }).bytes);
+      writeOutputFile(target, exportMemoryViz(log, undefined, { allocatorSettings: settings, annotations: x.annotations, framesOf, streamOf: x.streamOf }).bytes);
       return;
     }
     case "perfetto":

@@ -17,6 +17,8 @@ export {
   policyDefaults,
   optionsForPolicies,
   POLICY_REGISTRY_VERSION,
+  isBuiltinPolicy,
+  policyModuleOf,
   type Policy,
   type PolicyInstance,
   type PolicyOptions,
@@ -29,6 +31,7 @@ export { ExpandableAllocator, expandablePolicy, type ExpandableOptions } from ".
 export { VmsAllocator, vmsPolicy, type VmsOptions } from "./policies/vms.js";
 export { GmlakeAllocator, gmlakePolicy, type GmlakeOptions } from "./policies/gmlake.js";
 export { BUILTIN_POLICIES } from "./policies/builtin.js";
+export { PolicyFault, PolicyGuard, watchPolicyCalls, type PolicyCallWatch } from "./policy-guard.js";
 export { loadPolicyModule, loadPolicyModules, resolvePolicyModule } from "./policy-module.js";
 export { replay, type ReplayOptions, type ReplayResult, type ReplayProbe, type OomReport } from "./replay.js";
 export { replayRow, type ReplayRow } from "./replay-row.js";
@@ -36,6 +39,6 @@ export { verify, type VerifyOptions, type VerifyResult, type SnapshotLike, type 
 export { AddressOracleDriver } from "./address-oracle.js";
 export { LaggingGpu } from "./lagging-gpu.js";
 export { planTrace, type TracePlan } from "./pairing.js";
-export { privatePoolTags, poolStreamKey } from "./private-pools.js";
+export { privatePoolTags, poolStreamKey, poolStreamsOf } from "./private-pools.js";
 export { smallestCapacity, FIT_RESOLUTION, type FitOptions, type FitResult } from "./fit.js";
 export { memoryAtPeak, memoryState, type MemoryState, type PoolFigures, type FreeBucket } from "./peak-state.js";

@@ -9,15 +9,8 @@ import { EventKind, type EventLog, type SegmentState } from "@gmlake/trace";
  */
 export function privatePoolTags(log: EventLog, segments: readonly SegmentState[] | undefined): Uint32Array | null {
   if (!segments) return null;
-  const priv = segments.filter((s) => s.poolId !== null && (s.poolId[0] !== 0 || s.poolId[1] !== 0));
+  const { priv, poolOf } = privatePools(segments);
   if (priv.length === 0) return null;
-  const ids = new Map<string, number>();
-  const poolOf = priv.map((s) => {
-    const key = `${s.device}:${s.poolId![0]},${s.poolId![1]}`;
-    let id = ids.get(key);
-    if (id === undefined) ids.set(key, (id = ids.size + 1));
-    return id;
-  });
   // Per device, the private segments sorted by address: live segments of one device are
   // disjoint (the reader checks), so the one holding an address is found by binary search
   // and tagging costs O(events x log segments) (a scan of every segment per event was
@@ -61,6 +54,39 @@ export function privatePoolTags(log: EventLog, segments: readonly SegmentState[]
     } else if (active[j] === 1) tags[i] = poolOf[j]!;
   }
   return tags;
+}
+
+/** The private segments, each one's pool ordinal (1-based, in order of first sight) and each ordinal's pool. */
+function privatePools(segments: readonly SegmentState[]): { priv: SegmentState[]; poolOf: number[]; pools: { device: number; poolId: [number, number] }[] } {
+  const priv = segments.filter((s) => s.poolId !== null && (s.poolId[0] !== 0 || s.poolId[1] !== 0));
+  const ids = new Map<string, number>();
+  const pools: { device: number; poolId: [number, number] }[] = [];
+  const poolOf = priv.map((s) => {
+    const key = `${s.device}:${s.poolId![0]},${s.poolId![1]}`;
+    let id = ids.get(key);
+    if (id === undefined) {
+      ids.set(key, (id = ids.size + 1));
+      pools.push({ device: s.device, poolId: [s.poolId![0], s.poolId![1]] });
+    }
+    return id;
+  });
+  return { priv, poolOf, pools };
+}
+
+/**
+ * For an export of a replay's log: the stream value and private pool a poolStreamKey
+ * stands for (a stream value of the trace itself gives undefined). A snapshot records the
+ * real stream with the segment's pool id, so the export must not write the key itself.
+ */
+export function poolStreamsOf(source: EventLog, segments: readonly SegmentState[] | undefined): (raw: number) => { stream: number; poolId: [number, number] } | undefined {
+  const { pools } = privatePools(segments ?? []);
+  return (raw) => {
+    if (!(raw < 0)) return undefined;
+    const v = -raw - 1;
+    const pool = pools[Math.floor(v / 2 ** 32) - 1];
+    const stream = source.streams[v % 2 ** 32];
+    return pool === undefined || stream === undefined ? undefined : { stream, poolId: pool.poolId };
+  };
 }
 
 /** The stream key an allocator sees for (pool, stream): private pools get keys of their own (blocks are reused per key). */

@@ -18,7 +18,15 @@ export interface MemoryVizOptions {
    * segments live at the end, so PyTorch's viewer can say which code holds the memory.
    */
   framesOf?: (row: number) => readonly StackFrame[] | undefined;
+  /**
+   * The stream a recorded stream value stands for, and its private pool (undefined: the
+   * value is the stream, default pool). A replay records a private pool's blocks under a
+   * key of its own (stitch's poolStreamsOf maps them back), which is no cudaStream_t.
+   */
+  streamOf?: StreamOf;
 }
+
+export type StreamOf = (raw: number) => { stream: number; poolId: readonly [number, number] } | undefined;
 
 export interface MemoryVizExport {
   bytes: Uint8Array;
@@ -38,7 +46,10 @@ for (const [action, kind] of Object.entries(TORCH_ACTIONS)) ACTION_OF[kind] = ac
  */
 export function exportMemoryViz(log: EventLog, segmentsState?: readonly SegmentState[], options: MemoryVizOptions = {}): MemoryVizExport {
   const framesOf = options.framesOf;
-  const segments = segmentsState ?? deriveSegments(log, framesOf);
+  const streamOf = options.streamOf;
+  const segments = segmentsState ?? deriveSegments(log, framesOf, streamOf);
+  // The stream value written per stream index of the log.
+  const streamValues = log.streams.map((raw) => streamOf?.(raw)?.stream ?? raw);
   const w = new PickleWriter();
   const skipped: Record<string, number> = {};
   let devices = 0;
@@ -69,7 +80,7 @@ export function exportMemoryViz(log: EventLog, segmentsState?: readonly SegmentS
       if (k === EventKind.oom) w.str("device_free").int(log.aux[i]);
       else w.str("addr").int(log.addr[i]);
       w.str("size").int(log.size[i]);
-      w.str("stream").int(log.streams[log.stream[i]] ?? 0);
+      w.str("stream").int(streamValues[log.stream[i]] ?? 0);
       w.str("time_us").int(log.timeUs[i]);
       w.str("compile_context").str("N/A");
       w.str("user_metadata").str("");
@@ -134,27 +145,45 @@ function settingsValue(s: AllocatorSettings | undefined): PickleValue {
 }
 
 /**
+ * An unmap of part of a mapped range (expandable segments unmap page runs of a range mapped
+ * whole): the pieces of the device's live ranges outside [addr, addr + size) stay live.
+ */
+function cutRange<T extends { device: number; addr: number; size: number }>(segs: Map<string, T>, device: number, addr: number, size: number): void {
+  const end = addr + size;
+  for (const [k, r] of [...segs]) {
+    if (r.device !== device || r.addr >= end || r.addr + r.size <= addr) continue;
+    segs.delete(k);
+    if (r.addr < addr) segs.set(`${device}:${r.addr}`, { ...r, size: addr - r.addr });
+    if (r.addr + r.size > end) segs.set(`${device}:${end}`, { ...r, addr: end, size: r.addr + r.size - end });
+  }
+}
+
+/**
  * Segments and blocks live at the end of the log: each segment (or mapped range) with its
  * live blocks (rounded sizes, active_allocated; active_pending_free between free_requested
  * and free_completed) and inactive gaps between them. Live blocks outside any segment
  * (logs without segment events) get a segment of their own.
  */
-export function deriveSegments(log: EventLog, framesOf?: (row: number) => readonly StackFrame[] | undefined): SegmentState[] {
-  const segs = new Map<string, { device: number; addr: number; size: number; stream: number; expandable: boolean; row: number }>();
-  const blocks = new Map<string, { device: number; addr: number; size: number; stream: number; pending: boolean; row: number }>();
+export function deriveSegments(log: EventLog, framesOf?: (row: number) => readonly StackFrame[] | undefined, streamOf?: StreamOf): SegmentState[] {
+  const segs = new Map<string, { device: number; addr: number; size: number; stream: number; poolId: [number, number]; expandable: boolean; row: number }>();
+  const blocks = new Map<string, { device: number; addr: number; size: number; stream: number; poolId: [number, number]; pending: boolean; row: number }>();
+  const byIndex = log.streams.map((raw) => {
+    const m = streamOf?.(raw);
+    return m === undefined ? { stream: raw, poolId: [0, 0] as [number, number] } : { stream: m.stream, poolId: [m.poolId[0], m.poolId[1]] as [number, number] };
+  });
   for (let i = 0; i < log.length; i++) {
     const d = log.device[i];
     const key = `${d}:${log.addr[i]}`;
-    const raw = log.streams[log.stream[i]] ?? 0;
+    const { stream: raw, poolId } = byIndex[log.stream[i]] ?? { stream: 0, poolId: [0, 0] as [number, number] };
     switch (liveEffect(log.kind[i])) {
       case LiveEffect.segmentOn:
-        segs.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, expandable: log.kind[i] === EventKind.segmentMap, row: i });
+        segs.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, poolId, expandable: log.kind[i] === EventKind.segmentMap, row: i });
         break;
       case LiveEffect.segmentOff:
-        segs.delete(key);
+        if (!segs.delete(key)) cutRange(segs, d, log.addr[i], log.size[i]);
         break;
       case LiveEffect.blockOn:
-        blocks.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, pending: false, row: i });
+        blocks.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, poolId, pending: false, row: i });
         break;
       case LiveEffect.blockPending: {
         const b = blocks.get(key);
@@ -171,7 +200,7 @@ export function deriveSegments(log: EventLog, framesOf?: (row: number) => readon
   const merged: typeof ranges = [];
   for (const r of ranges) {
     const last = merged[merged.length - 1];
-    if (last !== undefined && last.expandable && r.expandable && last.device === r.device && last.addr + last.size === r.addr && last.stream === r.stream) last.size += r.size;
+    if (last !== undefined && last.expandable && r.expandable && last.device === r.device && last.addr + last.size === r.addr && last.stream === r.stream && last.poolId[0] === r.poolId[0] && last.poolId[1] === r.poolId[1]) last.size += r.size;
     else merged.push({ ...r });
   }
   const live = [...blocks.values()].sort((a, b) => a.device - b.device || a.addr - b.addr);
@@ -197,7 +226,7 @@ export function deriveSegments(log: EventLog, framesOf?: (row: number) => readon
     if (cur < s.addr + s.size) inside.push({ address: cur, size: s.addr + s.size - cur, requestedSize: 0, state: "inactive" });
     out.push({
       device: s.device, address: s.addr, totalSize: s.size, allocatedSize: allocated, activeSize: active, requestedSize: requested,
-      stream: s.stream, segmentType: s.size <= 2 * 1024 * 1024 && !s.expandable ? "small" : "large", isExpandable: s.expandable, poolId: [0, 0], blocks: inside,
+      stream: s.stream, segmentType: s.size <= 2 * 1024 * 1024 && !s.expandable ? "small" : "large", isExpandable: s.expandable, poolId: s.poolId, blocks: inside,
       frames: framesOf?.(s.row),
     });
   }
@@ -206,7 +235,7 @@ export function deriveSegments(log: EventLog, framesOf?: (row: number) => readon
     const size = roundSize(b.size);
     out.push({
       device: b.device, address: b.addr, totalSize: size, allocatedSize: b.pending ? 0 : size, activeSize: size, requestedSize: b.size,
-      stream: b.stream, segmentType: size <= 1024 * 1024 ? "small" : "large", isExpandable: false, poolId: [0, 0],
+      stream: b.stream, segmentType: size <= 1024 * 1024 ? "small" : "large", isExpandable: false, poolId: b.poolId,
       blocks: [{ address: b.addr, size, requestedSize: b.size, state: b.pending ? "active_pending_free" : "active_allocated", frames: framesOf?.(b.row) }],
       frames: framesOf?.(b.row),
     });

@@ -1,6 +1,7 @@
 import { UsageError } from "../cli-error.js";
 import type { Command } from "../command.js";
 import { checkOutputs } from "@gmlake/output";
+import { poolStreamsOf } from "@gmlake/stitch";
 import { EXPORT_FORMATS, printJson, printText, traceInputs, writeExport, writePlot } from "../outputs.js";
 import { loadTrace } from "../load-trace.js";
 import { capacityLabel } from "./compare.js";
@@ -109,7 +110,7 @@ Examples:
       writePlot(plotTarget, t.name, [{ label: policy, log: result.log, oomAtUs }], t.snapshot.events, { capacityBytes: budget.allocatorBytes, capacityLabel: capacityLabel(budget), recordedMode: mode });
     }
     const s = t.snapshot;
-    const context = { settings: s.allocatorSettings, sourceEvents: result.sourceEvents, frames: s.frames, annotations: s.annotations };
+    const context = { settings: s.allocatorSettings, sourceEvents: result.sourceEvents, frames: s.frames, annotations: s.annotations, streamOf: poolStreamsOf(s.events, s.segments) };
     if (result.log) exports.forEach((e, i) => writeExport(e.format, targets[i]!, result.log!, context));
     if (values.json) {
       printJson({ ...row, capacityBytes: budget.capacityBytes, reserveBytes: budget.capacityBytes === null ? null : budget.reserveBytes });
