@@ -19,6 +19,8 @@ enum GmlakeOp {
   kOpBenchPairs = 7,    // (pairs, 0, stream) -> ns per alloc+free pair timed inside JS (threading_bench's js_pair)
   kOpAllocCached = 8,   // (size, device, stream) -> address from memory the policy holds, or kStatusNotCached
   kOpPeek = 9,          // (size, device, stream) -> where kOpAlloc would land now (no change), or kStatusNotCached
+  kOpSetCapacity = 10,  // (bytes, device) -> 0: the memory budget from the next allocation on
+  kOpSetMemoryFraction = 11,  // (fraction, device) -> the budget's bytes: fraction x the device's memory
 };
 
 // Frees need no answer, so gmlake_embed_call(kOpFree) only queues them (no isolate, a

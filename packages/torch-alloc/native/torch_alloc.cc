@@ -362,6 +362,31 @@ GMLAKE_EXPORT void gmlake_empty_cache(void) {
   }
 }
 
+/**
+ * The memory budget, from the next allocation on: kind 0 = `value` bytes, 1 = `value` x the
+ * device's memory (set_per_process_memory_fraction's meaning). Returns the budget's bytes, or
+ * a status < 0 with gmlake_last_error() saying why (-3: not started).
+ */
+GMLAKE_EXPORT double gmlake_set_budget(double value, int kind, int device) {
+  if (g_call == nullptr) {
+    t_error = "gmlake: the allocator is not started";
+    return kStatusNotStarted;
+  }
+  double r = g_call(kind == 1 ? kOpSetMemoryFraction : kOpSetCapacity, value, device, 0);
+  if (r < 0) {
+    char* msg = g_text(kTextLastError, "");
+    t_error = msg != nullptr ? msg : "";
+    std::free(msg);
+    return r;
+  }
+  return kind == 1 ? r : value;
+}
+
+/** set_memory_fraction_fn: torch.cuda.set_per_process_memory_fraction(fraction, device). Throws on failure. */
+GMLAKE_EXPORT void gmlake_set_memory_fraction(double fraction, int device) {
+  if (gmlake_set_budget(fraction, 1, device) < 0) throw std::runtime_error(t_error);
+}
+
 /** set_record_stream_fn: tensor.record_stream(stream): the block is in use on `stream` too. */
 GMLAKE_EXPORT void gmlake_record_stream(void* ptr, void* stream) {
   if (g_call == nullptr || g_exiting.load(std::memory_order_relaxed)) return;

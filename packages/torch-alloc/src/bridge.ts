@@ -25,6 +25,8 @@ import {
   OP_FLUSH,
   OP_BENCH_PAIRS,
   OP_PEEK,
+  OP_SET_CAPACITY,
+  OP_SET_MEMORY_FRACTION,
   STATUS_ERROR,
   STATUS_NOT_CACHED,
   TEXT_STATS,
@@ -184,6 +186,13 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
           case OP_EMPTY_CACHE:
             live.emptyCache();
             return 0;
+          case OP_SET_CAPACITY:
+          case OP_SET_MEMORY_FRACTION: {
+            if (b !== device) return fail(new Error(`a memory budget for device ${b}: this allocator serves device ${device}`));
+            if (op === OP_SET_MEMORY_FRACTION) return live.setMemoryFraction(a);
+            live.setCapacity(a);
+            return 0;
+          }
           case OP_PING:
             return a;
           case OP_FLUSH:

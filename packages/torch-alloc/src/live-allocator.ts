@@ -19,9 +19,10 @@ import { gzipSync } from "node:zlib";
 
 import { Allocator, getPolicy, type Block, type Policy } from "@gmlake/stitch";
 import { exportMemoryViz } from "@gmlake/trace";
-import { createDriver, HostDriver, SimDriver, withCapacity, type VmmDriver } from "@gmlake/vmm";
+import { createDriver, HostDriver, SimDriver, type VmmDriver } from "@gmlake/vmm";
 
 import { AddressTable } from "./address-table.js";
+import { MemoryBudget } from "./budget.js";
 import { BoundedHistory } from "./bounded-history.js";
 import { coerceKnobs } from "./knobs.js";
 import { FRONT_CACHE_MAX_ENTRIES } from "./ops.js";
@@ -37,8 +38,13 @@ export interface LiveConfig {
   readonly driver?: LiveDriverName;
   /** Device ordinal (cuda). */
   readonly device?: number;
-  /** Physical bytes the engine may hold (host, sim: the device's size; cuda: a limit through withCapacity, to test out-of-memory). */
+  /** Physical bytes the engine may hold (host, sim: the device's size; cuda: the memory budget, changeable at run time: setCapacity). */
   readonly capacityBytes?: number;
+  /**
+   * The memory budget as a share of the device's memory (torch.cuda.set_per_process_memory_fraction's
+   * meaning; changeable at run time: setMemoryFraction). On cuda not with capacityBytes: both are the budget.
+   */
+  readonly memoryFraction?: number;
   /** Keep the engine's event history for snapshot() (default false: it is half a call's cost and grows with every call). */
   readonly record?: boolean;
   /** The history's bound when recording: the last this many events are kept, the oldest dropped (PyTorch's max_entries; 0 = no bound; default 1,000,000). */
@@ -88,8 +94,19 @@ export class LiveAllocator {
         : name === "sim"
           ? new SimDriver({ capacityBytes: config.capacityBytes })
           : createDriver("cuda", { ordinal: config.device ?? 0 });
-    const limited = name === "cuda" && config.capacityBytes !== undefined ? withCapacity(this.base, config.capacityBytes) : this.base;
-    this.driver = config.adaptDriver ? config.adaptDriver(limited) : limited;
+    try {
+      if (name === "cuda" && config.capacityBytes !== undefined && config.memoryFraction !== undefined) {
+        throw new Error("capacityBytes and memoryFraction are the same memory budget: give one");
+      }
+      // Always there, at the device's size unless a budget is given, so that one can be set
+      // while the job runs (host, sim: capacityBytes made the device that size already).
+      this.budget = new MemoryBudget(this.base, name === "cuda" ? config.capacityBytes : undefined);
+      if (config.memoryFraction !== undefined) this.budget.setFraction(config.memoryFraction);
+    } catch (e) {
+      this.base.close();
+      throw e;
+    }
+    this.driver = config.adaptDriver ? config.adaptDriver(this.budget) : this.budget;
     try {
       this.allocator = new Allocator(this.policy, this.driver, {
         options: knobs,
@@ -114,6 +131,18 @@ export class LiveAllocator {
 
   /** The native front cache's size in blocks (0: off). */
   readonly frontCacheEntries: number;
+  /** The memory budget the policy sees (capacityOf) and the driver calls meet. */
+  readonly budget: MemoryBudget;
+
+  /** A new memory budget in bytes, from the next allocation on (what is held past it stays). */
+  setCapacity(bytes: number): void {
+    this.budget.setBytes(bytes);
+  }
+
+  /** The budget as fraction x the device's memory (torch.cuda.set_per_process_memory_fraction); returns its bytes. */
+  setMemoryFraction(fraction: number): number {
+    return this.budget.setFraction(fraction);
+  }
   /** The native free queue's header once attached ([2] front-cache hits, [3] their bytes, [4] frees passed on, [5] the JS thread's drains, [6] their frees, [7] answers worked out ahead, [8] those taken, [9] GMLAKE_SPECULATE's K in use): read by stats(). */
   nativeCounts: Float64Array | null = null;
 
@@ -189,6 +218,9 @@ export class LiveAllocator {
     try {
       const m = this.driver.memGetInfo();
       device = ` GPU ${this.config.device ?? 0} has a total capacity of ${fmtBytes(m.totalBytes)} of which ${fmtBytes(m.freeBytes)} is free.`;
+      if (this.budget.capacityBytes < this.budget.deviceBytes) {
+        device += ` The memory budget is ${fmtBytes(this.budget.capacityBytes)} of the device's ${fmtBytes(this.budget.deviceBytes)} (set_per_process_memory_fraction or capacity_bytes).`;
+      }
     } catch {
       // the numbers below still say enough
     }
@@ -241,6 +273,10 @@ export class LiveAllocator {
       num_device_free: d.calls.memRelease + d.calls.memFree,
       policy: this.policy.name,
       driver: this.base.name,
+      // the memory budget in force (torch.cuda.set_per_process_memory_fraction, capacity_bytes; else the device's size) and the driver requests it refused
+      capacity_bytes: this.budget.capacityBytes,
+      device_bytes: this.budget.deviceBytes,
+      num_budget_refusals: this.budget.rejected,
       live_blocks: this.live.size,
       // the recorded history (record=True): events kept, and dropped under recordMaxEntries
       history_entries: this.allocator.recorder?.length ?? 0,

@@ -14,6 +14,10 @@ export const OP_BENCH_PAIRS = 7;
 export const OP_ALLOC_CACHED = 8;
 /** (size, device, stream) -> where OP_ALLOC would land now from the stream's free memory (Allocator.peekCached), or STATUS_NOT_CACHED; changes nothing. */
 export const OP_PEEK = 9;
+/** (bytes, device) -> 0: the memory budget, from the next allocation on (LiveAllocator.setCapacity). */
+export const OP_SET_CAPACITY = 10;
+/** (fraction, device) -> the budget's bytes: fraction x the device's memory (torch.cuda.set_per_process_memory_fraction). */
+export const OP_SET_MEMORY_FRACTION = 11;
 export const STATUS_OOM = -1;
 export const STATUS_ERROR = -2;
 /** OP_ALLOC_CACHED: the policy cannot serve it without growing; the front cache gives its blocks back and asks OP_ALLOC. */

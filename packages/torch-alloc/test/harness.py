@@ -63,6 +63,15 @@ crash is then a failed case, not a lost run):
   drain-locker, drain-env, spin-env
                                GMLAKE_DRAIN_US without the JS thread, or a bad number in it
                                or in GMLAKE_SPIN_US: a clear error at start
+  budget:<policy>[:thread]     the memory budget set while the engine runs (bytes, then a
+                               fraction of the device): out of memory under it with PyTorch's
+                               message naming it, served again after a free, a lowered budget
+                               below what is held refuses growth only, bad values refused
+                               (enable's stand-in also calls set_memory_fraction_fn as
+                               torch.cuda.set_per_process_memory_fraction does)
+  budget-env, budget-env-both, budget-env-bad
+                               GMLAKE_MEMORY_FRACTION sets the budget at start; with
+                               GMLAKE_CAPACITY_BYTES too, or not a fraction: a clear error
 
 usage: python3 test/harness.py [CASE...]       (no CASE: all of them)
 """
@@ -398,21 +407,30 @@ def drain_same_decisions():
     return None
 
 
-def oom():
-    native = gmlake_torch.start("caching", driver="host", capacity_bytes=64 * MiB)
+def oom_then_served(native, limit, says, stream=0):
+    """40 MiB, then 48 MiB more under a 64 MiB limit: out of memory (-1, null, PyTorch's message
+    saying `says`); after the 40 MiB are freed the 48 fit. (error or None, the message, the 48's address)."""
     st, a = native.try_alloc(40 * MiB)
     if st != 0:
-        return f"a 40 MiB alloc failed on a 64 MiB device: {native.error()}"
-    st, b = native.try_alloc(48 * MiB)
+        return f"a 40 MiB alloc failed under {limit}: {native.error()}", "", 0
+    st, b = native.try_alloc(48 * MiB, stream)
     msg = native.error()
     if st != -1 or b != 0:
-        return f"expected out of memory (-1, null), got ({st}, {b:#x})"
-    if not msg.startswith("CUDA out of memory. Tried to allocate 48.00 MiB") or "gmlake caching allocator" not in msg:
-        return f"not PyTorch's out-of-memory message: {msg!r}"
+        return f"48 MiB more under {limit}: expected out of memory (-1, null), got ({st}, {b:#x})", msg, 0
+    if not msg.startswith("CUDA out of memory. Tried to allocate 48.00 MiB") or says not in msg:
+        return f"not PyTorch's out-of-memory message saying {says!r}: {msg!r}", msg, 0
     native.free(a, 40 * MiB)
-    st, b = native.try_alloc(48 * MiB)
+    st, b = native.try_alloc(48 * MiB, stream)  # the job freed: served again
     if st != 0:
-        return f"after the free, 48 MiB should fit: {native.error()}"
+        return f"after the free, 48 MiB should fit {limit}: {native.error()}", msg, 0
+    return None, msg, b
+
+
+def oom():
+    native = gmlake_torch.start("caching", driver="host", capacity_bytes=64 * MiB)
+    err, msg, b = oom_then_served(native, "a 64 MiB device", "gmlake caching allocator")
+    if err:
+        return err
     native.free(b, 48 * MiB)
     s = gmlake_torch.stats()
     if s["num_ooms"] != 1:
@@ -421,6 +439,70 @@ def oom():
     if leaks["liveBytes"] != 0:
         return f"leaked {leaks}"
     print(json.dumps({"case": "oom", "message": msg}))
+    return None
+
+
+def budget(policy):
+    """The memory budget changed at run time: what fits under it is served, what does not is
+    out of memory (a status, PyTorch's message naming the budget), and after a free the
+    allocator serves again; lowering it below what is held refuses only growth."""
+    device = 256 * MiB  # the host driver's device
+    native = gmlake_torch.start(policy, driver="host", capacity_bytes=device)
+    got = lambda: (gmlake_torch.stats()["capacity_bytes"], gmlake_torch.stats()["device_bytes"])  # noqa: E731
+    if got() != (device, device):
+        return f"with no budget it should be the device's {device}: {got()}"
+    if gmlake_torch.set_capacity_bytes(64 * MiB) != 64 * MiB or got() != (64 * MiB, device):
+        return f"set_capacity_bytes(64 MiB) did not take: {got()}"
+    err, msg, b = oom_then_served(native, "a 64 MiB budget", "memory budget is 64.00 MiB of the device's 256.00 MiB", STREAMS[1])
+    if err:
+        return err
+    if gmlake_torch.set_memory_fraction(0.5) != 128 * MiB or got()[0] != 128 * MiB:
+        return f"set_memory_fraction(0.5) of 256 MiB: {got()}"
+    st, c = native.try_alloc(64 * MiB)
+    if st != 0:
+        return f"48 + 64 MiB under a 128 MiB budget failed: {native.error()}"
+    st, d = native.try_alloc(32 * MiB)
+    if st != -1:
+        return f"48 + 64 + 32 MiB under 128 MiB: expected out of memory, got {st}"
+    gmlake_torch.set_capacity_bytes(16 * MiB)  # below what is held: it stays, growth is refused
+    st, d = native.try_alloc(20 * MiB)
+    if st != -1:
+        return f"20 MiB more with 112 MiB held under a 16 MiB budget: expected out of memory, got {st}"
+    for bad, call, word in ((1.5, gmlake_torch.set_memory_fraction, "from 0 to 1"), (-1, gmlake_torch.set_capacity_bytes, "non-negative"),
+                            (2.0, lambda v: native.set_budget(v, True, 0), "a memory fraction is a number from 0 to 1, not 2"),
+                            (0.5, lambda v: gmlake_torch.set_memory_fraction(v, device=3), "a memory budget for device 3")):
+        try:
+            call(bad)
+            return f"a budget of {bad} was taken"
+        except gmlake_torch.GmlakeError as e:
+            if word not in str(e):
+                return f"a budget of {bad}: the error does not say {word!r}: {e}"
+    if got()[0] != 16 * MiB:
+        return f"a refused budget changed it: {got()}"
+    native.free(b, 48 * MiB)
+    native.free(c, 64 * MiB)
+    gmlake_torch.set_memory_fraction(1.0)
+    st, e = native.try_alloc(200 * MiB)  # the whole device again: what the policy holds plus growth
+    if st != 0:
+        return f"200 MiB of a 256 MiB device with nothing live failed: {native.error()}"
+    native.free(e, 200 * MiB)
+    s = gmlake_torch.stats()
+    if s["num_ooms"] != 3 or s["num_budget_refusals"] < 3:
+        return f"num_ooms = {s['num_ooms']} (expected 3), num_budget_refusals = {s['num_budget_refusals']}"
+    leaks = gmlake_torch.close()["leaks"]
+    if leaks["liveBytes"] != 0:
+        return f"leaked {leaks}"
+    print(json.dumps({"case": f"budget:{policy}", "message": msg, "budget_refusals": s["num_budget_refusals"]}))
+    return None
+
+
+def budget_env():
+    """GMLAKE_MEMORY_FRACTION: the budget at start, a share of the device (the host driver's)."""
+    gmlake_torch.start("vms", driver="host", capacity_bytes=256 * MiB)
+    s = gmlake_torch.stats()
+    if (s["capacity_bytes"], s["device_bytes"]) != (64 * MiB, 256 * MiB):
+        return f"GMLAKE_MEMORY_FRACTION=0.25 of 256 MiB: capacity {s['capacity_bytes']}, device {s['device_bytes']}"
+    print(json.dumps({"case": "budget-env", "capacity_bytes": s["capacity_bytes"]}))
     return None
 
 
@@ -809,6 +891,9 @@ def enable_with_stub_torch():
         def set_end_allocate_to_pool_fn(self, addr):
             calls["end_pool"] = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong)(addr)
 
+        def set_memory_fraction_fn(self, addr):  # (double fraction, int device)
+            calls["memory_fraction"] = ctypes.CFUNCTYPE(None, ctypes.c_double, ctypes.c_int)(addr)
+
     class CUDAPluggableAllocator:
         def __init__(self, path, alloc_name, free_name):
             lib = ctypes.CDLL(path)
@@ -830,7 +915,7 @@ def enable_with_stub_torch():
     os.environ["GMLAKE_KNOBS"] = "maxHandleBytes=33554432"
     os.environ["GMLAKE_RECORD_MAX_ENTRIES"] = "64"
     gmlake_torch.enable("vms", record=True)
-    if len(swapped) != 1 or not {"alloc", "free", "reset", "record_stream", "begin_pool", "end_pool"} <= calls.keys():
+    if len(swapped) != 1 or not {"alloc", "free", "reset", "record_stream", "begin_pool", "end_pool", "memory_fraction"} <= calls.keys():
         return f"enable() did not wire the allocator: swapped {len(swapped)}, hooks {sorted(calls)}"
     # the hooks switched the capture check to pool windows (the previous mode is returned)
     if gmlake_torch._native.lib.gmlake_set_capture_check(1) != 1 or gmlake_torch._native.lib.gmlake_set_capture_check(7) != -1:
@@ -844,7 +929,10 @@ def enable_with_stub_torch():
     calls["record_stream"](p, 0x77)
     calls["free"](p, 3 * MiB, 0, 0)
     calls["reset"]()
+    calls["memory_fraction"](0.25, 0)  # torch.cuda.set_per_process_memory_fraction(0.25)
     s = gmlake_torch.stats()
+    if s["capacity_bytes"] != s["device_bytes"] // 4:
+        return f"set_memory_fraction_fn(0.25) set the budget to {s['capacity_bytes']} of {s['device_bytes']}"
     if s["calls"]["recordStreams"] != 1 or s["calls"]["emptyCaches"] != 1 or s["policy"] != "vms":
         return f"hooks did not reach the engine: {s['calls']}"
     for i in range(800):  # the history past its bound (GMLAKE_RECORD_MAX_ENTRIES=64)
@@ -912,6 +1000,14 @@ CASES = {
                                                         policy="vms", driver="host", threading="thread", front_cache_entries=16),
     "speculate-outside-policy": speculate_outside,
     "speculate-outside-policy-asked": speculate_outside,
+    "budget:vms": lambda: budget("vms"),
+    "budget:caching": lambda: budget("caching"),
+    "budget:vms:thread": lambda: budget("vms"),
+    "budget-env": budget_env,
+    "budget-env-both": lambda: expect_start_error("GMLAKE_CAPACITY_BYTES and GMLAKE_MEMORY_FRACTION are the same memory budget: give one",
+                                                  policy="vms", driver="cuda"),
+    "budget-env-bad": lambda: expect_start_error("GMLAKE_MEMORY_FRACTION: expected a fraction of the device's memory from 0 to 1, got 'half'",
+                                                 policy="vms", driver="host"),
     "drain-locker": lambda: expect_start_error("GMLAKE_DRAIN_US needs GMLAKE_THREADING=thread", policy="vms", driver="host"),
     "drain-env": lambda: expect_start_error("GMLAKE_DRAIN_US takes microseconds (a number >= 0), not 'soon' (or off)", policy="vms",
                                             driver="host", threading="thread"),
@@ -940,6 +1036,10 @@ ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times
        "speculate-front-cache": {"GMLAKE_SPECULATE": "6"},
        "speculate-outside-policy-asked": {"GMLAKE_SPECULATE": "6"},
        "drain-locker": {"GMLAKE_DRAIN_US": "0"},
+       "budget-env": {"GMLAKE_MEMORY_FRACTION": "0.25"},
+       "budget:vms:thread": {"GMLAKE_THREADING": "thread"},
+       "budget-env-both": {"GMLAKE_MEMORY_FRACTION": "0.25", "GMLAKE_CAPACITY_BYTES": str(64 * MiB)},
+       "budget-env-bad": {"GMLAKE_MEMORY_FRACTION": "half"},
        "drain-env": {"GMLAKE_DRAIN_US": "soon"},
        "spin-env": {"GMLAKE_SPIN_US": "-5"},
        "node-flags-not-flags": {"GMLAKE_NODE_FLAGS": "--max-semi-space-size=1 prof"},
@@ -976,7 +1076,7 @@ def main(argv):
     for name in names:
         env = {k: v for k, v in os.environ.items()
                if k not in ("GMLAKE_TIME_CALLS", "GMLAKE_NODE_FLAGS", "GMLAKE_THREADING", "GMLAKE_FRONT_CACHE_ENTRIES",
-                            "GMLAKE_DRAIN_US", "GMLAKE_SPIN_US", "GMLAKE_SPECULATE")}
+                            "GMLAKE_DRAIN_US", "GMLAKE_SPIN_US", "GMLAKE_SPECULATE", "GMLAKE_MEMORY_FRACTION", "GMLAKE_CAPACITY_BYTES")}
         env.update(ENV.get(name, {}))
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, __file__, "--one", name], env=env, capture_output=True, text=True, timeout=600)

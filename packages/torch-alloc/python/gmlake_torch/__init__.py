@@ -15,7 +15,9 @@ GMLAKE_RECORD_MAX_ENTRIES (the history's bound), GMLAKE_CAPTURE_CHECK (always: a
 driver about CUDA-graph capture on every call), GMLAKE_TIME_CALLS (1: stats() says the
 time spent inside alloc and free, and its parts; total: the whole calls only, two clock reads
 a call), GMLAKE_FRONT_CACHE_ENTRIES (the front cache's size in blocks; 0, the default: off),
-GMLAKE_TORCH_ALLOC_LIB (the library's path).
+GMLAKE_TORCH_ALLOC_LIB (the library's path), GMLAKE_MEMORY_FRACTION / GMLAKE_CAPACITY_BYTES (the
+memory budget: a share of the device's memory, or bytes; torch.cuda.set_per_process_memory_fraction
+and set_memory_fraction() change it while the job runs).
 """
 import ctypes
 import json
@@ -23,7 +25,7 @@ import os
 import subprocess
 
 __all__ = ["enable", "start", "stats", "snapshot", "empty_cache", "close", "GmlakeError", "library_path", "build_oom_shim",
-           "build_pair_bench", "usable_cpus", "resolve_threading"]
+           "build_pair_bench", "usable_cpus", "resolve_threading", "set_memory_fraction", "set_capacity_bytes"]
 
 _PKG = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 _THREADING = {"locker": 0, "thread": 1}
@@ -53,6 +55,7 @@ class _Native:
             raise GmlakeError(f"gmlake: cannot load {path}: {e}") from None
         self.path = path
         self.threading = None  # set by the first start(): locker or thread
+        self.device = 0  # the device it serves (the first start's)
         self.lib = lib
         lib.gmlake_start.argtypes = [ctypes.c_char_p, ctypes.c_int]
         lib.gmlake_start.restype = ctypes.c_int
@@ -74,6 +77,8 @@ class _Native:
         lib.gmlake_set_capture_check.restype = ctypes.c_int
         lib.gmlake_call_times.argtypes = [ctypes.POINTER(ctypes.c_double)]
         lib.gmlake_call_times.restype = ctypes.c_int
+        lib.gmlake_set_budget.argtypes = [ctypes.c_double, ctypes.c_int, ctypes.c_int]
+        lib.gmlake_set_budget.restype = ctypes.c_double
 
     def error(self):
         return (self.lib.gmlake_last_error() or b"").decode("utf-8", "replace")
@@ -103,6 +108,13 @@ class _Native:
 
     def empty_cache(self):
         self.lib.gmlake_empty_cache()
+
+    def set_budget(self, value, fraction, device):
+        """The memory budget (value bytes, or value x the device's memory): its bytes. Raises GmlakeError."""
+        r = self.lib.gmlake_set_budget(float(value), 1 if fraction else 0, device)
+        if r < 0:
+            raise GmlakeError(self.error())
+        return int(r)
 
 
 _native = None
@@ -153,6 +165,36 @@ def _front_cache_entries(value):
     """The front cache's size: the argument, else $GMLAKE_FRONT_CACHE_ENTRIES, else 0 (off)."""
     n = _count(value, "front_cache_entries", "GMLAKE_FRONT_CACHE_ENTRIES", " (0 = off)")
     return 0 if n is None else n
+
+
+def _fraction(value, where):
+    """A share of the device's memory, 0 to 1 (a number, or text)."""
+    try:
+        f = float(value.strip()) if isinstance(value, str) else value
+    except ValueError:
+        f = None
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
+        raise GmlakeError(f"gmlake: {where}: expected a fraction of the device's memory from 0 to 1, got {value!r}")
+    return float(f)
+
+
+def _budget(capacity_bytes, memory_fraction, driver):
+    """The memory budget's part of start()'s config: capacityBytes and/or memoryFraction, each
+    the argument, else $GMLAKE_CAPACITY_BYTES / $GMLAKE_MEMORY_FRACTION. On cuda the two are
+    the same budget: both is an error. (host, sim: capacityBytes is the device's size, and a
+    fraction is of it.)"""
+    out = {}
+    where = {}
+    if capacity_bytes is not None or os.environ.get("GMLAKE_CAPACITY_BYTES", "").strip():
+        out["capacityBytes"] = _count(capacity_bytes, "capacity_bytes", "GMLAKE_CAPACITY_BYTES", " (bytes)")
+        where["capacityBytes"] = "capacity_bytes" if capacity_bytes is not None else "GMLAKE_CAPACITY_BYTES"
+    if memory_fraction is not None or os.environ.get("GMLAKE_MEMORY_FRACTION", "").strip():
+        src = "memory_fraction" if memory_fraction is not None else "GMLAKE_MEMORY_FRACTION"
+        out["memoryFraction"] = _fraction(memory_fraction if memory_fraction is not None else os.environ[src], src)
+        where["memoryFraction"] = src
+    if len(out) == 2 and driver == "cuda":
+        raise GmlakeError(f"gmlake: {where['capacityBytes']} and {where['memoryFraction']} are the same memory budget: give one")
+    return out
 
 
 def usable_cpus():
@@ -223,7 +265,7 @@ def resolve_threading(threading=None):
 
 
 def start(policy=None, *, driver=None, threading=None, policy_module=None, record=None, record_max_entries=None,
-          device=0, capacity_bytes=None, check_invariants=False, front_cache_entries=None, **knobs):
+          device=0, capacity_bytes=None, memory_fraction=None, check_invariants=False, front_cache_entries=None, **knobs):
     """Starts the engine in this process without touching PyTorch (enable() uses it; so do
     tests that stand in for PyTorch). Returns the native handle. Raises GmlakeError."""
     global _native
@@ -245,13 +287,13 @@ def start(policy=None, *, driver=None, threading=None, policy_module=None, recor
     module = policy_module or os.environ.get("GMLAKE_POLICY_MODULE")
     if module:
         config["policyModule"] = os.path.abspath(module)
-    if capacity_bytes is not None:
-        config["capacityBytes"] = int(capacity_bytes)
+    config.update(_budget(capacity_bytes, memory_fraction, config["driver"]))
     if _native is None:
         _native = _Native(library_path())
     _native.start(config, threading)
     if getattr(_native, "threading", None) is None:  # Node starts once: the first start's design stays
         _native.threading = threading
+        _native.device = device
     return _native
 
 
@@ -296,7 +338,7 @@ def build_pair_bench(verbose=False):
 
 
 def enable(policy=None, *, driver=None, threading=None, policy_module=None, record=None, record_max_entries=None,
-           oom_shim=True, device=None, capacity_bytes=None, front_cache_entries=None, **knobs):
+           oom_shim=True, device=None, capacity_bytes=None, memory_fraction=None, front_cache_entries=None, **knobs):
     """Makes the engine PyTorch's CUDA allocator (call it before the first CUDA tensor).
 
     policy: a built-in (caching, expandable, gmlake, vms) or one registered by policy_module;
@@ -311,7 +353,12 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
     (default $GMLAKE_RECORD_MAX_ENTRIES, else 1,000,000; 0 = no bound).
     Out of memory raises torch.cuda.OutOfMemoryError when libgmlake_oom.so is there
     (build_oom_shim()), else a RuntimeError starting "CUDA out of memory".
-    capacity_bytes: a limit on the device memory the engine holds (to test out of memory).
+    capacity_bytes / memory_fraction: the memory budget, the most device memory the engine holds,
+    in bytes or as a share of the device's memory (default $GMLAKE_CAPACITY_BYTES /
+    $GMLAKE_MEMORY_FRACTION, else the whole device); torch.cuda.set_per_process_memory_fraction
+    (wired here) and set_memory_fraction() / set_capacity_bytes() change it while the job runs.
+    An allocation the policy cannot serve within it raises torch.cuda.OutOfMemoryError; the
+    job can catch it, free and go on.
     device: the one CUDA device it serves (default $GMLAKE_DEVICE or 0; an allocation on
     another is an error). front_cache_entries: hold the last this many freed blocks in the
     library and hand them straight back to allocations of the same size and stream, without
@@ -328,7 +375,7 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
         device = int(os.environ.get("GMLAKE_DEVICE", "0"))
     native = start(policy, driver=driver, threading=threading, policy_module=policy_module, record=record,
                    record_max_entries=record_max_entries, device=device, capacity_bytes=capacity_bytes,
-                   front_cache_entries=front_cache_entries, **knobs)
+                   memory_fraction=memory_fraction, front_cache_entries=front_cache_entries, **knobs)
     if oom_shim and os.path.exists(_oom_shim_path()):
         shim = ctypes.CDLL(_oom_shim_path())
         native.lib.gmlake_set_oom_thrower(ctypes.cast(shim.gmlake_throw_oom, ctypes.c_void_p).value)
@@ -340,6 +387,9 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
         handle.set_reset_fn(addr(native.lib.gmlake_empty_cache))
     if hasattr(handle, "set_record_stream_fn"):
         handle.set_record_stream_fn(addr(native.lib.gmlake_record_stream))
+    # torch.cuda.set_per_process_memory_fraction(f) -> the budget f x the device's memory
+    if hasattr(handle, "set_memory_fraction_fn"):
+        handle.set_memory_fraction_fn(addr(native.lib.gmlake_set_memory_fraction))
     # PyTorch opens a pool window around every capture it makes (torch >= 2.3): with the
     # window known, allocs and frees ask the driver about capture only inside one (README
     # "CUDA-graph capture"); GMLAKE_CAPTURE_CHECK=always keeps asking on every call.
@@ -389,6 +439,22 @@ def snapshot(path):
     err = _require().text(_TEXT_SNAPSHOT, os.path.abspath(path))
     if err:
         raise GmlakeError(err)
+
+
+def set_memory_fraction(fraction, device=None):
+    """The memory budget as fraction x the device's memory, from the next allocation on, as
+    torch.cuda.set_per_process_memory_fraction sets it (memory held past it stays; later
+    allocations fail until enough is freed). Returns the budget in bytes."""
+    native = _require()
+    return native.set_budget(_fraction(fraction, "memory_fraction"), True, native.device if device is None else int(device))
+
+
+def set_capacity_bytes(nbytes, device=None):
+    """The memory budget in bytes, from the next allocation on. Returns it."""
+    native = _require()
+    if nbytes is None:
+        raise GmlakeError("gmlake: capacity_bytes: expected a non-negative integer (bytes), got None")
+    return native.set_budget(_count(nbytes, "capacity_bytes", "", " (bytes)"), False, native.device if device is None else int(device))
 
 
 def empty_cache():
