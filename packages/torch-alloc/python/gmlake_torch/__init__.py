@@ -338,7 +338,8 @@ def build_pair_bench(verbose=False):
 
 
 def enable(policy=None, *, driver=None, threading=None, policy_module=None, record=None, record_max_entries=None,
-           oom_shim=True, device=None, capacity_bytes=None, memory_fraction=None, front_cache_entries=None, **knobs):
+           oom_shim=True, device=None, capacity_bytes=None, memory_fraction=None, front_cache_entries=None, interface=None,
+           **knobs):
     """Makes the engine PyTorch's CUDA allocator (call it before the first CUDA tensor).
 
     policy: a built-in (caching, expandable, gmlake, vms) or one registered by policy_module;
@@ -364,7 +365,10 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
     library and hand them straight back to allocations of the same size and stream, without
     entering the engine (default $GMLAKE_FRONT_CACHE_ENTRIES, else 0: off; up to 256; vms
     only; record off): less host time per call for some reserved memory (README "Front
-    cache"). Nothing here touches torch.cuda before the allocator is swapped:
+    cache"). interface: how PyTorch reaches the engine (default $GMLAKE_INTERFACE, else pluggable:
+    CUDAPluggableAllocator; native: a CUDAAllocator of our own, built against this PyTorch at
+    first use, which also answers torch.cuda.memory_stats; docs/design-cuda-allocator.md).
+    Nothing here touches torch.cuda before the allocator is swapped:
     PyTorch refuses the swap once its own allocator is initialized."""
     global _torch_allocator
     import torch
@@ -373,9 +377,16 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
         return
     if device is None:
         device = int(os.environ.get("GMLAKE_DEVICE", "0"))
+    from . import cuda_allocator
+
+    interface = cuda_allocator.resolve_interface(interface)
     native = start(policy, driver=driver, threading=threading, policy_module=policy_module, record=record,
                    record_max_entries=record_max_entries, device=device, capacity_bytes=capacity_bytes,
                    memory_fraction=memory_fraction, front_cache_entries=front_cache_entries, **knobs)
+    if interface == "native":  # no pluggable interface: OOM, hooks and statistics come from the class
+        cuda_allocator.install(native, device)
+        _torch_allocator = native
+        return
     if oom_shim and os.path.exists(_oom_shim_path()):
         shim = ctypes.CDLL(_oom_shim_path())
         native.lib.gmlake_set_oom_thrower(ctypes.cast(shim.gmlake_throw_oom, ctypes.c_void_p).value)
