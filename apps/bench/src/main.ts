@@ -267,7 +267,7 @@ async function main(): Promise<void> {
     throw e;
   }
   const what = a.shard ? `shard ${a.shard.index}/${a.shard.count} (${mine.length} of ${tasks.length} tasks; merge the shards for the plots)` : `${traces.length} plots`;
-  process.stderr.write(`wrote ${join(a.out, "results.json")}, summary.md and ${what} in ${((Date.now() - t0) / 1000).toFixed(0)} s\n`);
+  process.stderr.write(terminalSafe(`wrote ${join(a.out, "results.json")}, summary.md and ${what} in ${((Date.now() - t0) / 1000).toFixed(0)} s`) + "\n");
   const bad = results.filter((r) => r.error || r.integrityErrors > 0);
   if (bad.length) {
     process.stderr.write(`${bad.length} runs failed or found integrity errors\n`);

@@ -109,5 +109,5 @@ export function mergeCommand(argv: string[]): void {
     if (e instanceof OutputError) fail(e.message, 3);
     throw e;
   }
-  process.stderr.write(`merged ${v.positionals.length} shards (${results.results.length} tasks) into ${join(out, "results.json")}, summary.md and ${results.plan.traces.length} plots\n`);
+  process.stderr.write(terminalSafe(`merged ${v.positionals.length} shards (${results.results.length} tasks) into ${join(out, "results.json")}, summary.md and ${results.plan.traces.length} plots`) + "\n");
 }

@@ -13,6 +13,7 @@ export {
   checkOutputDir,
   checkOutputFile,
   checkOutputs,
+  removeStaleTemps,
   writeOutputFile,
   type OutputCheckOptions,
   type OutputTarget,

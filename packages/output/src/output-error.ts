@@ -1,4 +1,5 @@
 import { GmlakeError } from "@gmlake/errors";
+import { terminalSafe } from "./terminal-text.js";
 
 /**
  * The error every output function throws. `kind` says whose fault it is: "path" (the
@@ -62,5 +63,5 @@ export function describeErrno(code: string): string {
 export function writeError(path: string, e: unknown): OutputError {
   if (e instanceof OutputError) return e;
   const code = errnoCode(e);
-  return new OutputError("write", code, path, `cannot write ${path}: ${describeErrno(code)}`);
+  return new OutputError("write", code, path, `cannot write ${terminalSafe(path)}: ${describeErrno(code)}`);
 }

@@ -17,17 +17,20 @@ import {
   accessSync,
   closeSync,
   constants,
+  fstatSync,
   fsyncSync,
   linkSync,
   lstatSync,
   mkdirSync,
   openSync,
+  readdirSync,
   realpathSync,
   renameSync,
   statSync,
   unlinkSync,
   type Stats,
 } from "node:fs";
+import { hostname } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 
 import {
@@ -42,6 +45,7 @@ import {
   writeError,
 } from "./output-error.js";
 import { writeFd } from "./stdout.js";
+import { terminalSafe } from "./terminal-text.js";
 
 export interface OutputCheckOptions {
   /** Replace an existing regular file (the CLI's --force). */
@@ -73,7 +77,7 @@ function statOrNull(path: string, follow = true): Stats | null {
 }
 
 function pathError(code: string, path: string, option: string | undefined, why: string): OutputError {
-  return new OutputError("path", code, path, `${option ? `${option} ` : ""}${path}: ${why}`);
+  return new OutputError("path", code, path, `${option ? `${option} ` : ""}${terminalSafe(path)}: ${why}`);
 }
 
 /** The target a path names: a dangling or live symbolic link is followed to its target. */
@@ -88,6 +92,15 @@ function realTarget(path: string): string {
     }
   }
   return abs;
+}
+
+/** What standard input is (a trace read through "-" is that file), or null when closed. */
+function stdinStat(): Stats | null {
+  try {
+    return fstatSync(0);
+  } catch {
+    return null;
+  }
 }
 
 function sameFile(a: Stats, b: Stats): boolean {
@@ -110,8 +123,8 @@ export function checkOutputFile(path: string, options: OutputCheckOptions = {}):
   if (st) {
     for (const input of options.inputs ?? []) {
       if (input === undefined) continue;
-      const ist = statOrNull(resolve(input));
-      if (ist && sameFile(st, ist)) throw pathError(OUTPUT_IS_INPUT, path, opt, `is the input ${input}: an output never replaces an input`);
+      const ist = input === "-" ? stdinStat() : statOrNull(resolve(input));
+      if (ist && sameFile(st, ist)) throw pathError(OUTPUT_IS_INPUT, path, opt, `is the input ${input === "-" ? "read from standard input" : terminalSafe(input)}: an output never replaces an input`);
     }
     if (st.isDirectory()) throw pathError(OUTPUT_NOT_A_FILE, path, opt, "is a directory");
     if (st.isFile() && !options.force) throw pathError(OUTPUT_EXISTS, path, opt, "exists (pass --force to replace it)");
@@ -131,12 +144,12 @@ export function checkOutputFile(path: string, options: OutputCheckOptions = {}):
 
 function checkWritableDir(dir: string, path: string, option: string | undefined): void {
   const dst = statOrNull(dir);
-  if (!dst) throw pathError("ENOENT", path, option, `the directory ${dir} does not exist`);
-  if (!dst.isDirectory()) throw pathError(OUTPUT_NOT_A_DIRECTORY, path, option, `${dir} is not a directory`);
+  if (!dst) throw pathError("ENOENT", path, option, `the directory ${terminalSafe(dir)} does not exist`);
+  if (!dst.isDirectory()) throw pathError(OUTPUT_NOT_A_DIRECTORY, path, option, `${terminalSafe(dir)} is not a directory`);
   try {
     accessSync(dir, constants.W_OK);
   } catch (e) {
-    throw pathError(errnoCode(e), path, option, `cannot write in ${dir}: ${describeErrno(errnoCode(e))}`);
+    throw pathError(errnoCode(e), path, option, `cannot write in ${terminalSafe(dir)}: ${describeErrno(errnoCode(e))}`);
   }
 }
 
@@ -148,11 +161,17 @@ function checkWritableDir(dir: string, path: string, option: string | undefined)
 export function checkOutputDir(path: string, options: Omit<OutputCheckOptions, "force"> = {}): string {
   const opt = options.option;
   const abs = resolve(path);
-  const st = statOrNull(abs);
+  let st: Stats | null;
+  try {
+    st = statOrNull(abs);
+  } catch (e) {
+    // ENOTDIR: a component is a file ("existing-file/sub"); EACCES, ELOOP, ...
+    throw pathError(errnoCode(e), path, opt, `cannot create the directory: ${describeErrno(errnoCode(e))}`);
+  }
   if (st && !st.isDirectory()) throw pathError(OUTPUT_NOT_A_DIRECTORY, path, opt, "exists and is not a directory");
   if (!st) {
     try {
-      mkdirSync(abs, { recursive: true });
+      makeDirs(abs);
     } catch (e) {
       throw pathError(errnoCode(e), path, opt, `cannot create the directory: ${describeErrno(errnoCode(e))}`);
     }
@@ -161,19 +180,92 @@ export function checkOutputDir(path: string, options: Omit<OutputCheckOptions, "
   return abs;
 }
 
+/**
+ * mkdir -p, one component at a time from the deepest existing one. Node's recursive
+ * mkdirSync retries forever where mkdir answers ENOENT for a parent that exists (/proc).
+ */
+function makeDirs(abs: string): void {
+  const missing: string[] = [];
+  let d = abs;
+  while (statOrNull(d) === null) {
+    missing.push(d);
+    const up = dirname(d);
+    if (up === d) break;
+    d = up;
+  }
+  for (let i = missing.length - 1; i >= 0; i--) {
+    try {
+      mkdirSync(missing[i]!);
+    } catch (e) {
+      if (errnoCode(e) !== "EEXIST") throw e;
+    }
+  }
+}
+
 /** Checks several outputs at once: each as checkOutputFile, and no file named twice. */
 export function checkOutputs(paths: readonly { path: string; option?: string }[], options: Omit<OutputCheckOptions, "option"> = {}): OutputTarget[] {
   const targets = paths.map((p) => checkOutputFile(p.path, { ...options, option: p.option }));
   const seen = new Map<string, string>();
   for (const t of targets) {
     const prev = seen.get(t.file);
-    if (prev !== undefined && !t.inPlace) throw pathError(OUTPUT_TWICE, t.path, undefined, `given twice (also as ${prev})`);
+    if (prev !== undefined && !t.inPlace) throw pathError(OUTPUT_TWICE, t.path, undefined, `given twice (also as ${terminalSafe(prev)})`);
     seen.set(t.file, t.path);
   }
   return targets;
 }
 
 let tmpCounter = 0;
+
+/** This host in temp names (8 hex digits), so that a run on another host sharing the folder is never taken for a dead one. */
+const HOST_TAG = (() => {
+  let h = 0x811c9dc5;
+  for (const c of hostname()) h = Math.imul(h ^ c.charCodeAt(0), 0x01000193) >>> 0;
+  return h.toString(16).padStart(8, "0");
+})();
+const TMP_RE = /^\.(.+)\.gmlake-([0-9a-f]{8})-(\d+)-\d+\.tmp$/;
+
+/** The temporary file beside a target: `.NAME.gmlake-HOST-PID-N.tmp`. */
+function tmpName(file: string): string {
+  return join(dirname(file), `.${basename(file)}.gmlake-${HOST_TAG}-${process.pid}-${++tmpCounter}.tmp`);
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return errnoCode(e) === "EPERM"; // someone else's live process
+  }
+}
+
+/**
+ * Removes the temporary files of `file` that a killed writer left (SIGKILL, power loss
+ * before the rename): ours by name, of this host, of a process that no longer runs.
+ * Returns how many went.
+ */
+export function removeStaleTemps(file: string): number {
+  let names: string[];
+  try {
+    names = readdirSync(dirname(file));
+  } catch {
+    return 0;
+  }
+  const base = basename(file);
+  let n = 0;
+  for (const name of names) {
+    const m = TMP_RE.exec(name);
+    if (m === null || m[1] !== base || m[2] !== HOST_TAG) continue;
+    const pid = Number(m[3]);
+    if (pid === process.pid || alive(pid)) continue;
+    try {
+      unlinkSync(join(dirname(file), name));
+      n++;
+    } catch {
+      // gone already, or not ours to remove
+    }
+  }
+  return n;
+}
 
 /** Writes `data` to a checked target, atomically; throws a "write" OutputError and leaves nothing behind. */
 export function writeOutputFile(target: OutputTarget, data: string | Uint8Array): void {
@@ -190,7 +282,8 @@ export function writeOutputFile(target: OutputTarget, data: string | Uint8Array)
     }
     return;
   }
-  const tmp = join(dirname(target.file), `.${basename(target.file)}.${process.pid}-${++tmpCounter}.tmp`);
+  removeStaleTemps(target.file);
+  const tmp = tmpName(target.file);
   let fd = -1;
   let placed = false;
   try {
@@ -228,10 +321,10 @@ function place(tmp: string, target: OutputTarget): void {
     linkSync(tmp, target.file);
   } catch (e) {
     const code = errnoCode(e);
-    if (code === "EEXIST") throw new OutputError("path", OUTPUT_EXISTS, target.path, `${target.path}: exists (pass --force to replace it)`);
+    if (code === "EEXIST") throw new OutputError("path", OUTPUT_EXISTS, target.path, `${terminalSafe(target.path)}: exists (pass --force to replace it)`);
     // File systems without hard links (vfat, some FUSE): check, then rename.
     if (code !== "EPERM" && code !== "ENOTSUP" && code !== "EOPNOTSUPP" && code !== "EMLINK") throw e;
-    if (statOrNull(target.file)) throw new OutputError("path", OUTPUT_EXISTS, target.path, `${target.path}: exists (pass --force to replace it)`);
+    if (statOrNull(target.file)) throw new OutputError("path", OUTPUT_EXISTS, target.path, `${terminalSafe(target.path)}: exists (pass --force to replace it)`);
     renameSync(tmp, target.file);
   }
 }

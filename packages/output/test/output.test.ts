@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, linkSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, linkSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -124,5 +124,50 @@ describe("terminalSafe", () => {
     const text = terminalSafeJson(v);
     expect(text).not.toMatch(/[\x00-\x1f\x7f-\x9f\u202e]/);
     expect(JSON.parse(text)).toEqual(v);
+  });
+});
+
+describe("issue 33: outputs in odd places", () => {
+  const mod = new URL("../dist/index.js", import.meta.url).pathname;
+  const inChild = (code: string, stdin?: string) =>
+    spawnSync(process.execPath, ["--input-type=module", "-e", `import * as o from '${mod}'; ${code}`], { encoding: "utf8", timeout: 20_000, stdio: [stdin === undefined ? "ignore" : openSync(stdin, "r"), "pipe", "pipe"] });
+
+  it.skipIf(!existsSync(mod) || !existsSync("/proc/self"))("a directory under /proc is refused at once (Node's recursive mkdir retries there forever)", () => {
+    const r = inChild(`try { o.checkOutputDir('/proc/gmlake-no/sub', { option: '--report' }) } catch (e) { console.log(e.kind, e.code, e.message) }`);
+    expect(r.error).toBeUndefined(); // not killed by the timeout
+    expect(r.stdout).toMatch(/^path E[A-Z]+ --report \/proc\/gmlake-no\/sub: cannot create the directory/);
+  });
+  it("a directory below an existing file: a path error naming ENOTDIR, not a raw system error", () => {
+    writeFileSync(join(tmp, "plain"), "");
+    const e = caught(() => checkOutputDir(join(tmp, "plain", "sub"), { option: "--report" }));
+    expect([e.kind, e.code]).toEqual(["path", "ENOTDIR"]);
+    expect(e.message).toMatch(/--report .*plain\/sub: cannot create the directory: a component of the path is not a directory \(ENOTDIR\)$/);
+  });
+  it.skipIf(!existsSync(mod))("the input read through stdin ('-') is an input: never replaced, even with force", () => {
+    const f = join(tmp, "stdin.pickle");
+    writeFileSync(f, "trace");
+    const r = inChild(`try { o.checkOutputFile('${f}', { inputs: ['-'], force: true }); console.log('accepted') } catch (e) { console.log(e.code, e.message) }`, f);
+    expect(r.stdout).toMatch(/^OUTPUT_IS_INPUT .*read from standard input/);
+  });
+  it("a path with a newline or ESC is shown escaped in every message", () => {
+    const e = caught(() => checkOutputFile(join(tmp, "no\ndir\x1b[31m", "x.svg"), { option: "--plot" }));
+    expect(e.message).not.toMatch(/[\n\x1b]/);
+    expect(e.message).toContain("no\\ndir\\x1b[31m");
+    writeFileSync(join(tmp, "n\nl"), "");
+    expect(caught(() => checkOutputFile(join(tmp, "n\nl"))).message).toContain("n\\nl: exists");
+  });
+  it.skipIf(!existsSync(mod))("a writer killed mid-write leaves a temporary file that the next write there removes", () => {
+    const d = join(tmp, "killed");
+    mkdirSync(d);
+    const f = join(d, "out.pickle");
+    // byteLength is read once the temporary file is open: the writer dies there, as under SIGKILL.
+    const r = inChild(`o.writeOutputFile(o.checkOutputFile('${f}'), { get byteLength() { process.kill(process.pid, 'SIGKILL') } })`);
+    expect(r.signal).toBe("SIGKILL");
+    const left = readdirSync(d);
+    expect(left).toHaveLength(1);
+    expect(left[0]).toMatch(/^\.out\.pickle\..*\.tmp$/);
+    writeFileSync(join(d, ".other.gmlake-00000000-1-1.tmp"), ""); // another file's, another host's: kept
+    writeOutputFile(checkOutputFile(f), "done");
+    expect(readdirSync(d).sort()).toEqual([".other.gmlake-00000000-1-1.tmp", "out.pickle"]);
   });
 });

@@ -1,5 +1,5 @@
 import { computeStats } from "@gmlake/trace";
-import { checkOutputDir, checkOutputs, writeOutputFile } from "@gmlake/output";
+import { checkOutputDir, checkOutputs, terminalSafe, writeOutputFile } from "@gmlake/output";
 import { basename, join } from "node:path";
 import { UsageError } from "../cli-error.js";
 import type { Command } from "../command.js";
@@ -228,7 +228,7 @@ Examples:
     if (reportTarget !== undefined) {
       const command = `compare ${process.argv.slice(3).map((a) => (a.includes("/") ? basename(a) : a)).join(" ")}`.trim();
       writeOutputFile(reportTarget, reportHtml({ generatedAt: new Date().toISOString(), command, driver, budget, traces: report }));
-      process.stderr.write(`report: ${join(String(values.report), "index.html")}\n`);
+      process.stderr.write(`report: ${terminalSafe(join(String(values.report), "index.html"))}\n`);
     }
     const columns = values.verbose ? [...BASE, ...VERBOSE] : BASE;
     if (values.json) {
