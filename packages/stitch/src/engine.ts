@@ -6,7 +6,8 @@ import { AllocatorContext } from "./context.js";
 import { OutOfMemoryError, StitchError } from "./errors.js";
 import { IntegrityChecker } from "./integrity.js";
 import { InvariantChecker } from "./invariants.js";
-import { getPolicy, resolveOptions, type Policy, type PolicyInstance, type PolicyOptions } from "./policy.js";
+import { getPolicy, isBuiltinPolicy, resolveOptions, type Policy, type PolicyInstance, type PolicyOptions } from "./policy.js";
+import { PolicyGuard } from "./policy-guard.js";
 import { AllocatorStats } from "./stats.js";
 
 export interface AllocatorOptions {
@@ -25,6 +26,12 @@ export interface AllocatorOptions {
   integrity?: boolean | "full";
   /** Chunk sizes the chunk pool allows (default: any multiple of the granularity). */
   chunkSizes?: number[];
+  /**
+   * Check every block, free and segment call of the policy against the engine's books and
+   * catch its errors (PolicyGuard): default on for a policy that is not a built-in, off for
+   * the built-ins, whose decisions the builtin baseline proves (and which stay at full speed).
+   */
+  guard?: boolean;
 }
 
 /** What close() found still allocated (and freed): the caller's leak, reported, not thrown. */
@@ -68,6 +75,8 @@ export class Allocator {
   readonly recorder: EventLog | null;
   readonly invariants: InvariantChecker | null;
   readonly integrity: IntegrityChecker | null;
+  /** The checks an outside policy runs under (null: a built-in, trusted). */
+  readonly guard: PolicyGuard | null;
   private readonly recordAllocations: boolean;
   private nextId = 1;
   /** Blocks from malloc until free_completed: what close() frees, and what free accepts. */
@@ -93,11 +102,13 @@ export class Allocator {
     this.recordAllocations = (opts.recordAllocations ?? true) && this.recorder !== null;
     const chunks = new ChunkPool(driver, opts.chunkSizes ? { chunkSizes: opts.chunkSizes } : {});
     this.ctx = new AllocatorContext(driver, chunks, opts.settings ?? DEFAULT_ALLOCATOR_SETTINGS, this.stats, this.recorder, opts.device ?? 0);
+    const guard = (opts.guard ?? !isBuiltinPolicy(this.policy)) ? new PolicyGuard(this.policy, this.ctx) : null;
+    this.guard = guard;
     const x = this.policy.streams?.crossStreamReuse;
-    this.crossStreamReuse = typeof x === "function" ? Boolean(x(options)) : Boolean(x);
+    this.crossStreamReuse = typeof x === "function" ? Boolean(guard === null ? x(options) : guard.call("streams.crossStreamReuse", () => x(options))) : Boolean(x);
     this.ctx.crossStreamReuse = this.crossStreamReuse;
     this.ctx.integrity = Boolean(opts.integrity);
-    this.instance = this.policy.create(this.ctx.policyView, options);
+    this.instance = guard === null ? this.policy.create(this.ctx.policyView, options) : guard.create(options);
     const ci = opts.checkInvariants ?? false;
     this.invariants = ci === false ? null : new InvariantChecker(this, ci === true ? 4096 : ci);
     this.integrity = opts.integrity ? new IntegrityChecker(driver, opts.integrity === "full") : null;
@@ -110,11 +121,11 @@ export class Allocator {
     ctx.beginCall();
     if (this.deferred.length > 0) this.completeDeferred(false);
     ctx.retriedNow = false;
-    let b = this.instance.malloc(size, stream);
+    let b = this.policyMalloc(size, stream);
     if (b === null && this.deferred.length > 0) {
       // what PyTorch's release_cached_blocks does first: wait for the frees pending on events
       this.completeDeferred(true);
-      b = this.instance.malloc(size, stream);
+      b = this.policyMalloc(size, stream);
     }
     const st = this.stats;
     if (ctx.retriedNow) st.numAllocRetries++;
@@ -124,6 +135,18 @@ export class Allocator {
       return null;
     }
     return this.served(b, size, stream);
+  }
+
+  /** The policy's malloc; an outside policy's block checked before anything else sees it. */
+  private policyMalloc(size: number, stream: number): Block | null {
+    const g = this.guard;
+    if (g === null) return this.instance.malloc(size, stream);
+    return g.accept(
+      g.call("malloc", () => this.instance.malloc(size, stream)),
+      size,
+      stream,
+      "malloc",
+    );
   }
 
   /** The policy serves mallocs from memory it holds alone (PolicyInstance.mallocCached). */
@@ -144,7 +167,8 @@ export class Allocator {
     if (m === undefined) return null;
     this.ctx.beginCall();
     if (this.deferred.length > 0) this.completeDeferred(false);
-    const b = m.call(this.instance, size, stream);
+    const g = this.guard;
+    const b = g === null ? m.call(this.instance, size, stream) : g.accept(g.call("mallocCached", () => m.call(this.instance, size, stream)), size, stream, "mallocCached");
     return b === null ? null : this.served(b, size, stream);
   }
 
@@ -162,7 +186,8 @@ export class Allocator {
   peekCached(size: number, stream = 0): number | null {
     const m = this.instance.peekCached;
     if (m === undefined || this.closed || this.deferred.length > 0 || !(size >= 0) || !Number.isSafeInteger(size) || !Number.isSafeInteger(stream)) return null;
-    return m.call(this.instance, size, stream);
+    const g = this.guard;
+    return g === null ? m.call(this.instance, size, stream) : g.peeked(g.call("peekCached", () => m.call(this.instance, size, stream)));
   }
 
   private checkMallocArgs(size: number, stream: number): void {
@@ -202,10 +227,12 @@ export class Allocator {
   /** A block of stream `b.stream` served on `stream`: `stream` first waits for the work queued on the block's stream. */
   private crossStream(b: Block, stream: number): void {
     if (!this.crossStreamReuse) {
-      throw new StitchError(
-        "INVARIANT",
-        `policy ${this.policy.name} served a block of stream ${b.stream} to a malloc on stream ${stream} without declaring streams.crossStreamReuse`,
-      );
+      const what = `served a block of stream ${b.stream} to a malloc on stream ${stream} without declaring streams.crossStreamReuse`;
+      if (this.guard !== null) {
+        this.guard.release(b); // not handed out
+        throw this.guard.fault("stream", what);
+      }
+      throw new StitchError("INVARIANT", `policy ${this.policy.name} ${what}`);
     }
     this.ctx.waitForStream(b.stream, stream);
     // The block goes back to its own stream's pool at free, where the policy reuses it on
@@ -296,6 +323,11 @@ export class Allocator {
   /** Refuses a free of anything but a live block of this allocator, before anything changes. */
   private checkFree(b: Block, phase: string): void {
     if (this.closed) throw new StitchError("CLOSED", `${phase} after close(): this allocator holds no memory any more`);
+    const g = this.guard;
+    if (g !== null) {
+      g.checkLive(b);
+      if (!this.isLive(b) && g.has(b)) throw g.fault("mutated", `changed the engine's fields of the live block at 0x${b.addr.toString(16)} (liveSlot)`);
+    }
     if (!this.isLive(b)) {
       const where = b instanceof Object && typeof b.addr === "number" ? ` at 0x${b.addr.toString(16)}` : "";
       throw new StitchError("BAD_ARGUMENT", `block${where} is not a live block of this allocator (double free, or another allocator's?)`);
@@ -341,7 +373,12 @@ export class Allocator {
     if (this.invariants !== null) this.invariants.onFree(b);
     b.pendingFree = false;
     b.allocated = false;
-    this.instance.free(b);
+    const g = this.guard;
+    if (g === null) this.instance.free(b);
+    else {
+      g.release(b);
+      g.call("free", () => this.instance.free(b));
+    }
   }
 
   /**
@@ -384,7 +421,15 @@ export class Allocator {
     this.ctx.beginCall();
     if (this.deferred.length > 0) this.completeDeferred(true);
     this.ctx.record(EventKind.emptyCache, 0, 0, 0);
-    this.instance.emptyCache();
+    const g = this.guard;
+    if (g === null) this.instance.emptyCache();
+    else g.call("emptyCache", () => this.instance.emptyCache());
+  }
+
+  /** The policy's counters (PolicyInstance.counters; an outside policy's checked to be finite numbers). */
+  counters(): Record<string, number> {
+    if (this.guard !== null) return this.guard.counters(this.instance);
+    return this.instance.counters?.() ?? {};
   }
 
   /** Run the full invariant check now (throws StitchError INVARIANT on violation). */
@@ -418,17 +463,19 @@ export class Allocator {
     }
     this.closed = true;
     this.usedOn.clear();
+    const g = this.guard;
     try {
-      this.instance.teardown(); // may still use marks (vms: old mappings waiting for theirs)
+      // may still use marks (vms: old mappings waiting for theirs)
+      if (g === null) this.instance.teardown();
+      else g.call("teardown", () => this.instance.teardown());
     } finally {
       this.ctx.destroyStreamEvents();
     }
     const c = this.ctx;
     if (c.chunks.liveChunks !== 0 || c.chunks.mappingCount !== 0 || c.plainSegments.size !== 0 || c.reservations.size !== 0) {
-      throw new StitchError(
-        "INVARIANT",
-        `policy ${this.policy.name} teardown left ${c.chunks.liveChunks} handles, ${c.chunks.mappingCount} mappings, ${c.plainSegments.size} segments, ${c.reservations.size} reservations`,
-      );
+      const what = `teardown left ${c.chunks.liveChunks} handles, ${c.chunks.mappingCount} mappings, ${c.plainSegments.size} segments, ${c.reservations.size} reservations`;
+      if (g !== null) throw g.fault("teardown", what);
+      throw new StitchError("INVARIANT", `policy ${this.policy.name} ${what}`);
     }
     return { liveBlocks: left.length, liveRequestedBytes };
   }

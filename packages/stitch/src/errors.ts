@@ -13,7 +13,9 @@ export type StitchErrorCode =
   /** A policy broke the contract of @gmlake/stitch/testing. */
   | "CONTRACT"
   /** A --policy-module that cannot be loaded or exports no policy. */
-  | "BAD_MODULE";
+  | "BAD_MODULE"
+  /** An outside policy broke one of the engine's rules or threw (PolicyFault: names the policy, its module, the rule). */
+  | "BAD_POLICY";
 
 /** Every error this package throws on bad input or a broken invariant: one line, with a `code`. */
 export class StitchError extends GmlakeError<StitchErrorCode> {

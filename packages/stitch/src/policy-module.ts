@@ -3,7 +3,8 @@ import { createRequire } from "node:module";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { StitchError } from "./errors.js";
-import { getPolicy, registerPolicy, type Policy } from "./policy.js";
+import { getPolicy, notePolicyModule, registerPolicy, type Policy } from "./policy.js";
+import { policyCallWatch } from "./policy-guard.js";
 
 /** A path (./x.js, ../x.mjs, /abs/x.js, x.js) rather than a package name. */
 function looksLikePath(spec: string): boolean {
@@ -65,17 +66,25 @@ function isPolicy(p: unknown): p is Policy {
 export async function loadPolicyModule(spec: string, from: string = process.cwd()): Promise<Policy[]> {
   const path = resolvePolicyModule(spec, from);
   let mod: { default?: unknown };
+  // a watchdog (apps/cli's, apps/bench's) times the import as one call of the module's
+  const watch = policyCallWatch();
+  watch?.enter(`policy module ${spec}`, "import");
   try {
     mod = (await import(pathToFileURL(path).href)) as { default?: unknown };
   } catch (e) {
     throw new StitchError("BAD_MODULE", `policy module ${spec} failed to load: ${(e as Error)?.message?.split("\n")[0] ?? String(e)}`);
+  } finally {
+    watch?.leave();
   }
   const d = mod.default;
   const list = Array.isArray(d) ? d : [d];
   if (list.length === 0 || !list.every(isPolicy)) {
     throw new StitchError("BAD_MODULE", `policy module ${spec} has no policy as its default export (export default a policy object or a list of them)`);
   }
-  for (const p of list) registerPolicy(p);
+  for (const p of list) {
+    registerPolicy(p);
+    notePolicyModule(p, spec);
+  }
   return list.map((p) => getPolicy(p.name));
 }
 

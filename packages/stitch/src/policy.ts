@@ -98,10 +98,35 @@ function theRegistry(): Map<string, Policy> {
   return r.policies;
 }
 
+/** The built-in policy of that name, if there is one. */
+function builtinNamed(name: string): Policy | undefined {
+  return BUILTIN_POLICIES.find((p) => p.name === name);
+}
+
+/** One of this package's own policies (its object, not a copy or look-alike): the engine trusts these, the builtin baseline proves them. */
+export function isBuiltinPolicy(p: Policy): boolean {
+  return builtinNamed(p.name) === p;
+}
+
+/** Where each outside policy was loaded from (loadPolicyModule notes it): errors name the module. */
+const modules = new WeakMap<Policy, string>();
+
+/** The --policy-module a policy came from, when it was loaded through loadPolicyModule. */
+export function policyModuleOf(p: Policy): string | undefined {
+  return modules.get(p);
+}
+
+/** @internal loadPolicyModule: `p` came from module `spec`. */
+export function notePolicyModule(p: Policy, spec: string): void {
+  if (!modules.has(p)) modules.set(p, spec);
+}
+
 /**
  * Add a policy to the registry (a user's own policy in its own package calls this once, at
  * import); returns the policy (`export default registerPolicy({...})`). The same object
- * again changes nothing; another policy of a registered name needs `replace`.
+ * again changes nothing; another policy of a registered name needs `replace`. A built-in's
+ * name is never taken, replace or not: every result, table and report says "caching" only
+ * for PyTorch's model (StitchError DUPLICATE_POLICY; name yours otherwise).
  */
 export function registerPolicy<O extends object>(policy: Policy<O>, options: { replace?: boolean } = {}): Policy<O> {
   if (typeof policy?.name !== "string" || !/^[a-z][a-z0-9_-]*$/.test(policy.name)) {
@@ -110,6 +135,10 @@ export function registerPolicy<O extends object>(policy: Policy<O>, options: { r
   if (typeof policy.create !== "function") throw new StitchError("BAD_ARGUMENT", `policy ${policy.name} has no create()`);
   checkSchema(policy as unknown as Policy);
   const registry = theRegistry();
+  const builtin = builtinNamed(policy.name);
+  if (builtin !== undefined && builtin !== (policy as unknown as Policy) && registry.get(policy.name) !== (policy as unknown as Policy)) {
+    throw new StitchError("DUPLICATE_POLICY", `${policy.name} is a built-in policy: a policy of another module cannot take its name (call yours something else)`);
+  }
   if (registry.has(policy.name) && registry.get(policy.name) !== (policy as unknown as Policy) && !options.replace) {
     throw new StitchError("DUPLICATE_POLICY", `a policy named ${policy.name} is already registered`);
   }
@@ -117,8 +146,9 @@ export function registerPolicy<O extends object>(policy: Policy<O>, options: { r
   return policy;
 }
 
-/** Remove a policy (tests, or a user replacing a built-in); returns whether it was there. */
+/** Remove a policy (tests); returns whether it was there. A built-in stays (StitchError BAD_ARGUMENT): nothing may stand in for it. */
 export function unregisterPolicy(name: string): boolean {
+  if (builtinNamed(name) !== undefined) throw new StitchError("BAD_ARGUMENT", `${name} is a built-in policy and cannot be unregistered`);
   return theRegistry().delete(name);
 }
 

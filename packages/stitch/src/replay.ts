@@ -211,7 +211,7 @@ export function replay(log: EventLog, o: ReplayOptions): ReplayResult {
     crossStreamReuses += st.numCrossStreamReuses;
     streamMarks += st.numStreamMarks;
     unfencedUnmaps += st.numUnfencedUnmaps;
-    for (const [k, v] of Object.entries(e.instance.counters?.() ?? {})) counters[k] = (counters[k] ?? 0) + v;
+    for (const [k, v] of Object.entries(e.counters())) counters[k] = (counters[k] ?? 0) + v;
   }
   if (o.checkInvariants) for (const e of engines) e?.check();
   const sourceEvents = st.sourceRows();

@@ -1,0 +1,343 @@
+import type { Chunk } from "@gmlake/chunk-pool";
+import { HOST_RESOURCE_CODES, VmmError } from "@gmlake/vmm";
+import type { AllocatorSettings } from "@gmlake/trace";
+import { Block } from "./block.js";
+import type { AllocatorContext } from "./context.js";
+import { StitchError } from "./errors.js";
+import type { DeviceFacts, MapAccess, PhysicalChunk, PolicyContext } from "./policy-context.js";
+import { policyModuleOf, type Policy, type PolicyInstance, type PolicyOptions } from "./policy.js";
+import { RangeSet } from "./range-set.js";
+import { kMinBlockSize } from "./rounding.js";
+
+/**
+ * What an outside policy did wrong: it broke one of the engine's rules (`rule`), or threw,
+ * in a call the engine made. One line naming the policy and the module it came from;
+ * StitchError code BAD_POLICY, which the CLI reports as bad input (exit 2), not as its own
+ * failure. Live, the allocation that met it fails with this message.
+ */
+export class PolicyFault extends StitchError {
+  readonly policy: string;
+  /** The --policy-module it was loaded from, when the loader knows. */
+  readonly module: string | null;
+  readonly rule: string;
+  constructor(policy: Policy, rule: string, detail: string) {
+    const module = policyModuleOf(policy) ?? null;
+    super("BAD_POLICY", `policy ${policy.name} (${module === null ? "not a built-in" : `module ${module}`}) ${detail}`);
+    this.name = "PolicyFault";
+    this.policy = policy.name;
+    this.module = module;
+    this.rule = rule;
+  }
+}
+
+/** Told when a guarded policy call begins and ends (a watchdog in another thread: apps/cli's, apps/bench's). */
+export interface PolicyCallWatch {
+  /** `label`: "policy NAME (module M)"; `call`: malloc, free, create ... */
+  enter(label: string, call: string): void;
+  leave(): void;
+}
+
+let watch: PolicyCallWatch | null = null;
+
+/** Report every guarded policy call to `w` (null: stop). One per process (thread): the last set wins. */
+export function watchPolicyCalls(w: PolicyCallWatch | null): void {
+  watch = w;
+}
+
+/** The watch, for the module loader: an import is a call of the module's too. */
+export function policyCallWatch(): PolicyCallWatch | null {
+  return watch;
+}
+
+const hex = (a: number) => (typeof a === "number" && Number.isFinite(a) ? "0x" + a.toString(16) : String(a));
+
+/** A Block of this package or of another installed copy of it (a policy package with its own @gmlake/stitch). */
+function isBlock(b: unknown): b is Block {
+  if (b instanceof Block) return true;
+  if (typeof b !== "object" || b === null) return false;
+  for (let p: unknown = Object.getPrototypeOf(b); p !== null && p !== Object.prototype; p = Object.getPrototypeOf(p)) {
+    if ((p as { constructor?: { name?: string } }).constructor?.name === "Block") return true;
+  }
+  return false;
+}
+
+interface Served {
+  readonly addr: number;
+  readonly size: number;
+  readonly stream: number;
+}
+
+/**
+ * The engine's distrust of a policy that is not a built-in: every block it returns is
+ * checked before anyone sees it, every free, unmap and segment call against the engine's
+ * own books, and every call it makes is caught, so that a buggy policy stops with one
+ * PolicyFault naming it and the rule rather than handing out shared memory or bending the
+ * numbers. The books: the ranges its context mapped or cudaMalloc'd (with the chunk behind
+ * each mapping: a chunk mapped twice aliases), and the live blocks as served.
+ *
+ * Rules for a block from malloc / mallocCached: a Block (not a look-alike object); integer
+ * address and size; size >= the request rounded to 512 B (PyTorch's kMinBlockSize, the
+ * least any of its allocators charges); address 512 B aligned; inside memory the context
+ * mapped; overlapping no live block, virtually or through another mapping of the same chunk;
+ * not live already; unchanged (address, size, stream) until its free.
+ */
+export class PolicyGuard {
+  readonly policy: Policy;
+  readonly label: string;
+  /** What the policy gets instead of the context's own view. */
+  readonly view: PolicyContext;
+  private readonly ctx: AllocatorContext;
+  /** Mapped and cudaMalloc'd ranges: the chunk mapped there, or null for a plain segment. */
+  readonly mapped = new RangeSet<Chunk | null>();
+  private readonly live = new RangeSet<Block>();
+  private readonly served = new Map<Block, Served>();
+
+  constructor(policy: Policy, ctx: AllocatorContext) {
+    this.policy = policy;
+    this.ctx = ctx;
+    const m = policyModuleOf(policy);
+    this.label = `policy ${policy.name} (${m === undefined ? "not a built-in" : `module ${m}`})`;
+    this.view = new GuardedView(ctx.policyView, this);
+  }
+
+  fault(rule: string, detail: string): PolicyFault {
+    return new PolicyFault(this.policy, rule, detail);
+  }
+
+  /** An error thrown inside the policy's `call`, as its fault (the host driver's machine limits pass: they are not the policy's). */
+  private threw(call: string, e: unknown): unknown {
+    if (e instanceof PolicyFault) return e;
+    if (e instanceof VmmError && HOST_RESOURCE_CODES.includes(e.code)) return e;
+    const what = e instanceof Error ? `${e.name}: ${e.message.split("\n")[0]}` : `a non-error value ${String(e).slice(0, 80)}`;
+    return this.fault("threw", `threw in ${call}: ${what}`);
+  }
+
+  /** Runs one call of the policy's: its errors become its faults; the watch sees it begin and end. */
+  call<R>(name: string, f: () => R): R {
+    const w = watch;
+    if (w !== null) w.enter(this.label, name);
+    try {
+      return f();
+    } catch (e) {
+      throw this.threw(name, e);
+    } finally {
+      if (w !== null) w.leave();
+    }
+  }
+
+  create(options: PolicyOptions): PolicyInstance {
+    const inst = this.call("create", () => this.policy.create(this.view, options));
+    if (typeof inst !== "object" || inst === null) throw this.fault("instance", `create() returned ${inst === null ? "null" : typeof inst}, not an allocator`);
+    for (const m of ["malloc", "free", "emptyCache", "teardown"] as const) {
+      if (typeof inst[m] !== "function") throw this.fault("instance", `create() returned an allocator without ${m}()`);
+    }
+    return inst;
+  }
+
+  /** A block the policy returned for malloc(size, stream) (or mallocCached): checked, then booked live. */
+  accept(b: unknown, size: number, stream: number, call: string): Block | null {
+    if (b === null) return null;
+    const at = `${call}(${size}, stream ${stream})`;
+    if (!isBlock(b)) throw this.fault("not-a-block", `${at} returned ${b === undefined ? "undefined" : typeof b === "object" ? "a plain object" : typeof b}, not a Block or null`);
+    const { addr, size: bytes } = b;
+    if (!Number.isSafeInteger(addr) || addr < 0 || !Number.isSafeInteger(bytes) || !Number.isSafeInteger(b.stream)) {
+      throw this.fault("bad-block", `${at} returned a block at ${hex(addr)} of ${bytes} B on stream ${b.stream}: not integers`);
+    }
+    const least = size <= kMinBlockSize ? kMinBlockSize : Math.ceil(size / kMinBlockSize) * kMinBlockSize;
+    if (bytes < least) throw this.fault("too-small", `${at} returned ${bytes} B at ${hex(addr)}, less than the request rounded to 512 B (${least} B)`);
+    if (addr % kMinBlockSize !== 0) throw this.fault("misaligned", `${at} returned a block at ${hex(addr)}, not 512 B aligned`);
+    if (this.served.has(b)) throw this.fault("already-live", `${at} returned the block at ${hex(addr)} that is live already`);
+    const end = addr + bytes;
+    const o = this.live.overlapping(addr, end);
+    if (o !== null) throw this.fault("overlap", `${at} returned [${hex(addr)}, +${bytes}) overlapping the live block [${hex(o[0])}, +${o[1] - o[0]})`);
+    this.checkBacked(addr, end, at);
+    this.live.add(addr, end, b);
+    this.served.set(b, { addr, size: bytes, stream: b.stream });
+    return b;
+  }
+
+  /** [addr, end) is memory the context mapped or cudaMalloc'd, and no other mapping of its chunks is live. */
+  private checkBacked(addr: number, end: number, at: string): void {
+    let next = addr;
+    this.mapped.each(addr, end, (s, e, chunk) => {
+      if (s > next) return;
+      next = e;
+      if (chunk === null || chunk.mappings.length < 2) return;
+      // the same physical bytes at another address: the part of it this block covers must not be live there
+      const lo = Math.max(s, addr) - s;
+      const hi = Math.min(e, end) - s;
+      for (const m of chunk.mappings) {
+        if (m === s) continue;
+        const o = this.live.overlapping(m + lo, m + hi);
+        if (o !== null) throw this.fault("shared-physical", `${at} returned [${hex(addr)}, +${end - addr}) whose chunk ${chunk.id} also backs the live block at ${hex(o[0])}`);
+      }
+    });
+    if (next < end) throw this.fault("unmapped", `${at} returned [${hex(addr)}, +${end - addr}) of which ${hex(next)} is not memory its context mapped`);
+  }
+
+  /** A live block as the engine is about to free it: still what was served. */
+  checkLive(b: Block): void {
+    const s = this.served.get(b);
+    if (s === undefined) return; // not live: the engine's own check refuses it (the caller's error)
+    if (b.addr !== s.addr || b.size !== s.size || b.stream !== s.stream) {
+      throw this.fault("mutated", `changed the live block served at ${hex(s.addr)} (${s.size} B, stream ${s.stream}) to ${hex(b.addr)} (${b.size} B, stream ${b.stream})`);
+    }
+  }
+
+  /** The engine knows `b` as live (its own list may disagree when the policy changed the block's engine fields). */
+  has(b: Block): boolean {
+    return this.served.has(b);
+  }
+
+  /** A block's free completed: off the books before the policy takes it back. */
+  release(b: Block): void {
+    const s = this.served.get(b)!;
+    this.served.delete(b);
+    this.live.remove(s.addr);
+  }
+
+  /** [addr, addr + bytes) is about to be unmapped or freed: no live block may be there. */
+  checkIdle(addr: number, bytes: number, what: string): void {
+    const o = this.live.overlapping(addr, addr + bytes);
+    if (o !== null) throw this.fault("freed-live", `${what} [${hex(addr)}, +${bytes}) under the live block at ${hex(o[0])} (${o[1] - o[0]} B)`);
+  }
+
+  segmentFree(addr: number, size: number): void {
+    const had = this.ctx.plainSegments.get(addr);
+    if (had === undefined) throw this.fault("segment-free", `freed a segment at ${hex(addr)} that its context did not allocate (or freed it twice)`);
+    if (had !== size) throw this.fault("segment-free", `freed the ${had} B segment at ${hex(addr)} as ${size} B`);
+    this.checkIdle(addr, size, "freed the segment");
+  }
+
+  reserveFree(addr: number, size: number): void {
+    const had = this.ctx.reservations.get(addr);
+    if (had === undefined) throw this.fault("reserve-free", `freed an address range at ${hex(addr)} that its context did not reserve (or freed it twice)`);
+    if (had !== size) throw this.fault("reserve-free", `freed the ${had} B address range at ${hex(addr)} as ${size} B`);
+    const m = this.mapped.overlapping(addr, addr + size);
+    if (m !== null) throw this.fault("reserve-free", `freed the address range at ${hex(addr)} with memory still mapped at ${hex(m[0])}`);
+  }
+
+  /** counters(): a record of finite numbers. */
+  counters(inst: PolicyInstance): Record<string, number> {
+    const f = inst.counters;
+    if (f === undefined) return {};
+    const c = this.call("counters", () => f.call(inst));
+    if (typeof c !== "object" || c === null) throw this.fault("counters", `counters() returned ${c === null ? "null" : typeof c}, not a record of numbers`);
+    for (const [k, v] of Object.entries(c)) {
+      if (typeof v !== "number" || !Number.isFinite(v)) throw this.fault("counters", `counters() gave ${k} = ${String(v)}, not a finite number`);
+    }
+    return c;
+  }
+
+  /** peekCached's answer: an address or null. */
+  peeked(a: unknown): number | null {
+    if (a === null || (Number.isSafeInteger(a) && (a as number) >= 0)) return a as number | null;
+    throw this.fault("peek", `peekCached returned ${String(a)}, not an address or null`);
+  }
+}
+
+/**
+ * The PolicyContext an outside policy gets: the context's own view, with each call that
+ * gives memory back checked against the engine's books first and each one that maps or
+ * allocates noted in them after (the real view keeps the driver out of reach: a private field).
+ */
+class GuardedView implements PolicyContext {
+  readonly #v: PolicyContext;
+  readonly #g: PolicyGuard;
+  readonly device: DeviceFacts;
+  readonly settings: Readonly<AllocatorSettings>;
+
+  constructor(v: PolicyContext, g: PolicyGuard) {
+    this.#v = v;
+    this.#g = g;
+    this.device = v.device;
+    this.settings = v.settings;
+  }
+
+  get reservedBytes(): number {
+    return this.#v.reservedBytes;
+  }
+  get plainSegmentBytes(): number {
+    return this.#v.plainSegmentBytes;
+  }
+  get capacityBytes(): number {
+    return this.#v.capacityBytes;
+  }
+  get integrity(): boolean {
+    return this.#v.integrity;
+  }
+  segmentAlloc(size: number, stream: number): number {
+    const a = this.#v.segmentAlloc(size, stream);
+    if (a >= 0) this.#g.mapped.add(a, a + size, null);
+    return a;
+  }
+  segmentFree(addr: number, size: number, stream: number): void {
+    this.#g.segmentFree(addr, size);
+    this.#v.segmentFree(addr, size, stream);
+    this.#g.mapped.remove(addr);
+  }
+  createChunk(size: number, tentative = false): PhysicalChunk | null {
+    return this.#v.createChunk(size, tentative);
+  }
+  commitReserved(): void {
+    this.#v.commitReserved();
+  }
+  releaseChunk(chunk: PhysicalChunk): void {
+    this.#v.releaseChunk(chunk);
+  }
+  reserve(size: number, alignment = 0): number {
+    return this.#v.reserve(size, alignment);
+  }
+  reserveFree(addr: number, size: number): void {
+    this.#g.reserveFree(addr, size);
+    this.#v.reserveFree(addr, size);
+  }
+  mapChunks(addr: number, chunks: readonly PhysicalChunk[], stream = 0, access: MapAccess = "range"): number {
+    const bytes = this.#v.mapChunks(addr, chunks, stream, access);
+    let at = addr;
+    for (const c of chunks) {
+      this.#g.mapped.add(at, at + c.size, c as Chunk);
+      at += c.size;
+    }
+    return bytes;
+  }
+  unmapChunks(addr: number, chunks: readonly PhysicalChunk[], stream = 0, after?: number): number {
+    let bytes = 0;
+    for (const c of chunks) bytes += typeof c?.size === "number" ? c.size : 0;
+    this.#g.checkIdle(addr, bytes, "unmapped");
+    const n = this.#v.unmapChunks(addr, chunks, stream, after);
+    let at = addr;
+    for (const c of chunks) {
+      this.#g.mapped.remove(at);
+      at += c.size;
+    }
+    return n;
+  }
+  markStream(stream: number): number {
+    return this.#v.markStream(stream);
+  }
+  markDone(mark: number): boolean {
+    return this.#v.markDone(mark);
+  }
+  chunkMappedAt(addr: number): PhysicalChunk | null {
+    return this.#v.chunkMappedAt(addr);
+  }
+  freeDeviceBytes(): number {
+    return this.#v.freeDeviceBytes();
+  }
+  retried(): void {
+    this.#v.retried();
+  }
+  waitForStream(from: number, to: number): void {
+    this.#v.waitForStream(from, to);
+  }
+  segmentMapped(addr: number, size: number, stream: number): void {
+    this.#v.segmentMapped(addr, size, stream);
+  }
+  segmentUnmapped(addr: number, size: number, stream: number): void {
+    this.#v.segmentUnmapped(addr, size, stream);
+  }
+  record(kind: number, addr: number, size: number, stream: number, aux = 0): void {
+    this.#v.record(kind, addr, size, stream, aux);
+  }
+}
