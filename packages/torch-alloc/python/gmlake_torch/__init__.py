@@ -27,7 +27,9 @@ import subprocess
 __all__ = ["enable", "start", "stats", "snapshot", "empty_cache", "close", "GmlakeError", "library_path", "build_oom_shim",
            "build_pair_bench", "usable_cpus", "resolve_threading", "set_memory_fraction", "set_capacity_bytes"]
 
-_PKG = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+_PKG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_engine")  # installed from the wheel (scripts/wheel)
+if not os.path.isdir(_PKG):
+    _PKG = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))  # the npm package or the source tree
 _THREADING = {"locker": 0, "thread": 1}
 # "auto" (the default): one JS thread where the process may use this many CPUs, else a Locker per call
 _AUTO_THREAD_CPUS = 4
@@ -411,6 +413,9 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
             native.lib.gmlake_set_capture_check(1)
     torch.cuda.memory.change_current_allocator(alloc)
     _torch_allocator = alloc
+    from . import memory_api  # torch.cuda.memory_stats() & co answer from the engine (they raise behind the plug)
+
+    memory_api.install(torch, device=device)
 
 
 def _require():
