@@ -598,5 +598,177 @@ class DriverProbes(unittest.TestCase):
             self.assertNotIn("CUDA driver", p.stderr)
 
 
+# largest_batch.py's stand-ins: a torch whose memory is a budget (set_per_process_memory_fraction of
+# 100 GiB) and a live_workloads.py whose step needs 2 GiB + batch x PER x the longest length / 1000
+# (PER per allocator), raising torch.cuda.OutOfMemoryError past the budget; ours' stats() says the
+# budget the hook set (FAKE_NO_HOOK: the device's, as a torch that does not pass the fraction on).
+FAKE_LB_TORCH = """import os
+__version__ = "fake"
+GiB = 1 << 30
+class _Cuda:
+    class OutOfMemoryError(RuntimeError):
+        pass
+    _fraction = 1.0
+    def mem_get_info(self):
+        return (90 * GiB, 100 * GiB)
+    def set_per_process_memory_fraction(self, f, device=None):
+        _Cuda._fraction = f
+cuda = _Cuda()
+OutOfMemoryError = _Cuda.OutOfMemoryError
+"""
+FAKE_LB_WORKLOADS = """import argparse, json, os, time
+ap = argparse.ArgumentParser()
+ap.add_argument("name"); ap.add_argument("--allocator"); ap.add_argument("--steps", type=int)
+args = ap.parse_args()
+import torch
+ours = None
+PER = {"pytorch": 1.2, "pytorch-expandable": 1.05}.get(args.allocator, 1.0)  # GiB a sample of length 1000
+class Ours:
+    cap = None
+    def stats(self):
+        return {"capacity_bytes": None if os.environ.get("FAKE_NO_HOOK") else int(torch.cuda._fraction * 100 * torch.GiB)}
+    def set_memory_fraction(self, f):
+        return int(f * 100 * torch.GiB)
+if args.allocator.startswith("ours:"):
+    ours = Ours()
+steps_out = []
+def train_loop(model, vocab, batch, lens, opt, autocast=True, offload=False, micro=None):
+    for i, L in enumerate(lens):
+        time.sleep(float(os.environ.get("FAKE_STEP_S", "0")))
+        Ls = sum(micro[i]) if micro else L
+        need = 2 + batch * PER * max(lens if not micro else [sum(m) for m in micro]) / 1000
+        if os.environ.get("FAKE_CRASH") == f"{args.name}:{batch}":
+            raise ValueError("something else broke")
+        if need * torch.GiB > torch.cuda._fraction * 100 * torch.GiB:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {need:.2f} GiB")
+        steps_out.append(0.1 * batch * Ls / 1000)
+WORKLOADS = {"gpt2_ft": lambda n: train_loop(None, 50257, 8, [1000, 500, 800, 1000][:n], None),
+             "gpt2_microbatch": lambda n: train_loop(None, 50257, 4, [0] * n, None, micro=[[300, 200]] * n),
+             "qwen_lora_bigvocab": lambda n: train_loop(None, 151936, 2, [4000, 2000, 1000, 3000][:n], None)}
+def main():
+    WORKLOADS[args.name](args.steps)
+    print("RESULT " + json.dumps({"workload": args.name, "allocator": args.allocator, "step_s": steps_out, "peak_reserved_bytes": 5 << 30, "gpu": "fake", "torch": "fake"}))
+"""
+LB_PER = {"pytorch": 1.2, "pytorch-expandable": 1.05, "ours:vms": 1.0}
+LB_LENS = {"gpt2_ft": ([1000, 500, 800, 1000], 8), "qwen_lora_bigvocab": ([4000, 2000, 1000, 3000], 2)}
+
+
+class LargestBatch(unittest.TestCase):
+    def setUp(self):
+        self.d = tempfile.mkdtemp()
+        for name, text in (("torch.py", FAKE_LB_TORCH), ("live_workloads.py", FAKE_LB_WORKLOADS)):
+            with open(os.path.join(self.d, name), "w") as f:
+                f.write(text)
+        self.env = dict(os.environ, PYTHONPATH=self.d, LB_LIVE_WORKLOADS=os.path.join(self.d, "live_workloads.py"))
+
+    def tearDown(self):
+        import shutil
+        shutil.rmtree(self.d, ignore_errors=True)
+
+    def lb(self, *args, **env):
+        out = os.path.join(self.d, "out")
+        p = subprocess.run([sys.executable, os.path.join(HERE, "largest_batch.py"), "--out", out, *args], capture_output=True,
+                           text=True, env=dict(self.env, **env), timeout=300)
+        doc = None
+        if os.path.exists(os.path.join(out, "largest-batch.json")):
+            with open(os.path.join(out, "largest-batch.json")) as f:
+                doc = json.load(f)
+        return p, doc
+
+    @staticmethod
+    def expected(workload, dim, alloc, budget):
+        """The largest value the stand-in trains, found by trying each (its own arithmetic)."""
+        lens, batch = LB_LENS[workload]
+        best = 0
+        for v in range(1, 200):
+            b, longest = (v, max(lens)) if dim == "batch" else (batch, max(L * v // 8 for L in lens))
+            need = 2 + b * LB_PER[alloc] * longest / 1000
+            if need * (1 << 30) <= (budget * (1 << 30) / (100 * (1 << 30))) * 100 * (1 << 30):
+                best = v
+        return best
+
+    def test_each_row_is_the_largest_that_trains(self):
+        p, doc = self.lb("--workloads", "gpt2_ft,qwen_lora_bigvocab:seq", "--budgets", "40,24")
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+        self.assertEqual(len(doc["rows"]), 2 * 2 * 3)
+        for r in doc["rows"]:
+            want = self.expected(r["workload"], r["dim"], r["allocator"], r["budget_gib"])
+            self.assertEqual(r["largest"], want, r)
+            self.assertTrue(r["complete"])
+            # the answer trained and the one above it did not, each measured
+            mine = {c["value"]: c["status"] for c in doc["candidates"] if (c["workload"], c["allocator"], c["budget_gib"]) == (r["workload"], r["allocator"], r["budget_gib"])}
+            self.assertEqual(mine.get(want), "ok")
+            lens, batch = LB_LENS[r["workload"]]
+            b, ls = (want, lens) if r["dim"] == "batch" else (batch, [L * want // 8 for L in lens])
+            times = [0.1 * b * L / 1000 for L in ls[1:]]  # the stand-in's step time; the first step left out
+            self.assertAlmostEqual(r["step_s"], sorted(times)[len(times) // 2])
+            self.assertAlmostEqual(r["tokens_per_s"], sum(b * L for L in ls[1:]) / sum(times))
+            self.assertEqual(r["budget_via"], "set_per_process_memory_fraction")
+        vms = [r for r in doc["rows"] if r["allocator"] == "ours:vms"]
+        self.assertTrue(all(r["capacity_bytes"] == int(r["budget_gib"] * (1 << 30)) for r in vms), vms)
+        self.assertIn("| gpt2_ft | 24 | ours:vms | 22 |", p.stdout)
+        self.assertIn("| qwen_lora_bigvocab | 40 | pytorch | seq x31/8 (max 15500) |", p.stdout)
+        # what one allocator (or budget) found starts the next: fewer candidates than searching each alone
+        alone = sum(1 for c in doc["candidates"] if c["allocator"] == "pytorch-expandable" and c["budget_gib"] == 24)
+        self.assertLess(doc["ran"], 2 * 2 * 3 * alone)
+
+    def test_ours_takes_the_budget_directly_where_the_hook_is_missing(self):
+        p, doc = self.lb("--workloads", "gpt2_ft", "--budgets", "24", "--allocators", "ours:vms,pytorch", FAKE_NO_HOOK="1")
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        via = {r["allocator"]: (r["budget_via"], r["capacity_bytes"]) for r in doc["rows"]}
+        self.assertEqual(via, {"ours:vms": ("gmlake_torch.set_memory_fraction", 24 << 30), "pytorch": ("set_per_process_memory_fraction", None)})
+
+    def test_time_limit_stops_and_still_writes(self):
+        p, doc = self.lb("--workloads", "gpt2_ft", "--budgets", "24,40", "--time-limit", "8", FAKE_STEP_S="0.3")
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual(doc["stopped"], "time limit")
+        self.assertGreater(len(doc["candidates"]), 0)
+        self.assertLess(len([r for r in doc["rows"] if r["complete"]]), 6)
+        with open(os.path.join(self.d, "out", "largest-batch.md")) as f:
+            self.assertIn("Stopped early (time limit)", f.read())
+
+    def test_resume_runs_nothing_twice(self):
+        _, first = self.lb("--workloads", "gpt2_ft", "--budgets", "24", "--allocators", "pytorch-expandable,ours:vms")
+        prev = os.path.join(self.d, "prev.json")
+        os.replace(os.path.join(self.d, "out", "largest-batch.json"), prev)
+        p, again = self.lb("--workloads", "gpt2_ft", "--budgets", "24", "--allocators", "pytorch-expandable,ours:vms", "--resume", prev)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertGreater(first["ran"], 0)
+        self.assertEqual(again["ran"], 0)
+        self.assertEqual([r["largest"] for r in again["rows"]], [r["largest"] for r in first["rows"]])
+
+    def test_a_failure_other_than_oom_is_listed_and_does_not_train(self):
+        # the default batch (8) breaks for another reason: the search goes below it
+        p, doc = self.lb("--workloads", "gpt2_ft", "--budgets", "24", "--allocators", "pytorch", FAKE_CRASH="gpt2_ft:8")
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual(doc["rows"][0]["largest"], 7)
+        self.assertIn("- gpt2_ft 24 GiB pytorch batch 8: ValueError: something else broke", p.stdout)
+
+    def test_bad_arguments_one_line_exit_2(self):
+        for args, word in ((["--workloads", "opt1b_generate"], "unknown workload"), (["--budgets", "24,x"], "--budgets"),
+                           (["--allocators", "ours:vms,k=v,nope"], "unknown allocator 'nope'"), (["--steps", "0"], "--steps"),
+                           (["--workloads", "gpt2_ft:depth"], "batch or seq"), (["--resume", "/nonexistent.json"], "--resume")):
+            p, _ = self.lb(*args)
+            self.assertEqual(p.returncode, 2, (args, p.stdout, p.stderr))
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertIn(word, p.stderr)
+
+    def test_the_gpu_command(self):
+        out = os.path.join(self.d, "gpu-out")
+        sh = os.path.join(HERE, "largest-batch.sh")
+        env = dict(self.env, OUT=out, LB_WORKLOADS="gpt2_ft", LB_BUDGETS="24", LB_ALLOCATORS="pytorch,pytorch-expandable", PYTHON=sys.executable)
+        p = subprocess.run(["bash", sh], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+        with open(os.path.join(out, "largest-batch.md")) as f:
+            self.assertIn("| gpt2_ft | 24 | pytorch | 18 |", f.read())
+        self.assertTrue(os.path.exists(os.path.join(out, "largest-batch.log")))
+        # ours needs the live bundle; a bad TOTAL is refused before anything runs
+        for extra, word in (({"LB_ALLOCATORS": "ours:vms", "LB_BUNDLE": "/nonexistent/live.tar.xz"}, "live.tar.xz missing"),
+                            ({"TOTAL": "soon"}, "TOTAL must be")):
+            p = subprocess.run(["bash", sh], capture_output=True, text=True, env=dict(env, **extra), cwd=ROOT, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+            self.assertIn(word, p.stdout + p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
