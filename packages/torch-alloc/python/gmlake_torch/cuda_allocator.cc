@@ -1,0 +1,465 @@
+// The engine as PyTorch's CUDA allocator without the pluggable interface: a class derived
+// from c10::cuda::CUDACachingAllocator::CUDAAllocator (the interface PyTorch's own caching
+// and cudaMallocAsync allocators implement), built against the installed PyTorch at first
+// use (python -m gmlake_torch build-cuda-allocator; enable(interface="native")) and put in
+// place of PyTorch's allocator before its first CUDA allocation, as
+// changeCurrentAllocator does. It forwards to the C entry points of libgmlake_torch_alloc.so
+// (gmlake_try_alloc, gmlake_free, gmlake_empty_cache, gmlake_record_stream, gmlake_text, the
+// pool-window hooks), so every memory decision stays the engine's.
+//
+// Why (docs/design-cuda-allocator.md): CUDAPluggableAllocator takes one global mutex and
+// inserts into / erases from an unordered_map on every alloc and free before our library is
+// called (~1.1 us a pair on the H200, BENCHMARKS run 35), and refuses memory_stats,
+// memory_fraction, cacheInfo (cudnn.benchmark) and OOM observers. Here the live blocks'
+// size and stream sit in an open-addressed table split into shards with a spin lock each (no
+// node allocation, the two threads that allocate rarely meet on a shard), and those calls
+// are answered.
+//
+// Versions: written for torch 2.11's header. `override` marks only the methods every torch 2.x
+// declares alike; the others (their parameter types moved between versions) override
+// PyTorch's where the installed header matches, else are unused extras, and a pure method of
+// the installed header that none matches is a build error naming it.
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+// Stand-ins for names a given PyTorch may lack: an unqualified name inside the namespace
+// below finds PyTorch's own first (CUDACachingAllocator, then c10), this one only when
+// PyTorch has none, and then the method that uses it overrides nothing.
+namespace gmlake_compat {
+struct Absent {};
+using OomRejectionObserver = Absent;
+}  // namespace gmlake_compat
+
+namespace c10::cuda::CUDACachingAllocator {
+using namespace ::gmlake_compat;
+namespace gmlake_native {
+
+// libgmlake_torch_alloc.so's entry points (torch_alloc.cc), found with dlsym at install.
+struct Api {
+  int (*try_alloc)(size_t, int, void*, void**) = nullptr;
+  void (*free)(void*, size_t, int, void*) = nullptr;
+  void (*empty_cache)() = nullptr;
+  void (*record_stream)(void*, void*) = nullptr;
+  char* (*text)(int, const char*) = nullptr;
+  void (*text_free)(char*) = nullptr;
+  const char* (*last_error)() = nullptr;
+  void (*begin_pool)(int, std::pair<unsigned long long, unsigned long long>, std::function<bool(CUstream_st*)>) = nullptr;
+  void (*end_pool)(int, std::pair<unsigned long long, unsigned long long>) = nullptr;
+  void (*set_memory_fraction)(double, int) = nullptr;  // the memory budget (optional: newer builds)
+};
+Api g_api;
+constexpr int kTextStats = 1;  // embed.h GmlakeTextOp
+constexpr int kStatusOom = -1;
+
+// ---- the live blocks: address -> (size, stream) ------------------------------------------
+class SpinLock {
+  std::atomic<bool> held_{false};
+
+ public:
+  void lock() {
+    for (int spins = 0; held_.exchange(true, std::memory_order_acquire); spins++) {
+      while (held_.load(std::memory_order_relaxed)) {
+        if (++spins > 64) std::this_thread::yield();
+      }
+    }
+  }
+  void unlock() { held_.store(false, std::memory_order_release); }
+};
+
+struct Slot {
+  uintptr_t key = 0;  // 0: empty
+  size_t size = 0;
+  cudaStream_t stream = nullptr;
+};
+
+inline uint64_t Mix(uintptr_t k) {
+  uint64_t x = static_cast<uint64_t>(k);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return x;
+}
+
+// Linear probing, deletion by backward shift (no tombstones), grown at half full.
+struct alignas(64) Shard {
+  SpinLock lock;
+  std::vector<Slot> slots = std::vector<Slot>(256);
+  size_t used = 0;
+
+  size_t Home(uintptr_t k) const { return Mix(k) & (slots.size() - 1); }
+
+  void Put(uintptr_t k, size_t size, cudaStream_t stream) {
+    if (2 * (used + 1) > slots.size()) Grow();
+    size_t i = Home(k);
+    while (slots[i].key != 0 && slots[i].key != k) i = (i + 1) & (slots.size() - 1);
+    if (slots[i].key == 0) used++;
+    slots[i] = {k, size, stream};
+  }
+
+  bool Take(uintptr_t k, size_t* size, cudaStream_t* stream) {
+    const size_t mask = slots.size() - 1;
+    size_t i = Home(k);
+    while (slots[i].key != k) {
+      if (slots[i].key == 0) return false;
+      i = (i + 1) & mask;
+    }
+    *size = slots[i].size;
+    *stream = slots[i].stream;
+    for (size_t j = (i + 1) & mask; slots[j].key != 0; j = (j + 1) & mask) {
+      size_t h = Home(slots[j].key);
+      // slot j may move to the hole at i unless its home lies cyclically in (i, j]
+      bool stays = i <= j ? (h > i && h <= j) : (h > i || h <= j);
+      if (!stays) {
+        slots[i] = slots[j];
+        i = j;
+      }
+    }
+    slots[i] = Slot{};
+    used--;
+    return true;
+  }
+
+  void Grow() {
+    std::vector<Slot> old(slots.size() * 2);
+    old.swap(slots);
+    used = 0;
+    for (const Slot& s : old) {
+      if (s.key != 0) Put(s.key, s.size, s.stream);
+    }
+  }
+};
+
+constexpr int kShards = 64;
+Shard g_shards[kShards];
+inline Shard& ShardOf(uintptr_t k) { return g_shards[Mix(k) >> 58]; }  // the top 6 bits
+
+// ---- statistics that PyTorch's DeviceStats has and the engine does not keep ---------------
+struct Counter {
+  std::atomic<int64_t> current{0}, peak{0}, allocated{0}, freed{0};
+  void Add(int64_t n) {
+    int64_t now = current.fetch_add(n, std::memory_order_relaxed) + n;
+    allocated.fetch_add(n, std::memory_order_relaxed);
+    int64_t p = peak.load(std::memory_order_relaxed);
+    while (now > p && !peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
+    }
+  }
+  void Sub(int64_t n) {
+    current.fetch_sub(n, std::memory_order_relaxed);
+    freed.fetch_add(n, std::memory_order_relaxed);
+  }
+  template <class S>
+  void Fill(S& s) const {
+    s.current = current.load();
+    s.peak = peak.load();
+    s.allocated = allocated.load();
+    s.freed = freed.load();
+  }
+};
+
+// A number in the engine's statistics JSON ("key":value), or 0.
+double JsonNumber(const std::string& json, const char* key) {
+  std::string k = std::string("\"") + key + "\":";
+  size_t at = json.find(k);
+  return at == std::string::npos ? 0 : std::strtod(json.c_str() + at + k.size(), nullptr);
+}
+
+// DeviceStats' fields of newer versions, set where the installed header has them.
+template <class S, class = void>
+struct HasDeviceCalls : std::false_type {};
+template <class S>
+struct HasDeviceCalls<S, std::void_t<decltype(std::declval<S&>().num_device_alloc)>> : std::true_type {};
+template <class S, class = void>
+struct HasSyncs : std::false_type {};
+template <class S>
+struct HasSyncs<S, std::void_t<decltype(std::declval<S&>().num_sync_all_streams)>> : std::true_type {};
+
+template <class S>
+void FillNewer(S& s, const std::string& json) {
+  if constexpr (HasDeviceCalls<S>::value) {
+    s.num_device_alloc = static_cast<int64_t>(JsonNumber(json, "num_device_alloc"));
+    s.num_device_free = static_cast<int64_t>(JsonNumber(json, "num_device_free"));
+  }
+  if constexpr (HasSyncs<S>::value) s.num_sync_all_streams = static_cast<int64_t>(JsonNumber(json, "num_sync_all_streams"));
+}
+
+void Deleter(void* ptr);
+
+class Allocator final : public CUDAAllocator {
+ public:
+  int device_ = 0;  // the one device the engine serves
+
+  // ---- the hot path ----
+  void* Malloc(size_t n, cudaStream_t stream) {
+    if (n == 0) return nullptr;
+    void* p = nullptr;
+    int status = g_api.try_alloc(n, device_, stream, &p);
+    if (status != 0) Fail(status, n);
+    auto k = reinterpret_cast<uintptr_t>(p);
+    Shard& s = ShardOf(k);
+    s.lock.lock();
+    s.Put(k, n, stream);
+    s.lock.unlock();
+    allocations_.Add(1);
+    requested_.Add(static_cast<int64_t>(n));
+    return p;
+  }
+
+  void Free(void* p) {
+    if (p == nullptr) return;
+    auto k = reinterpret_cast<uintptr_t>(p);
+    size_t size = 0;
+    cudaStream_t stream = nullptr;
+    Shard& s = ShardOf(k);
+    s.lock.lock();
+    bool found = s.Take(k, &size, &stream);
+    s.lock.unlock();
+    TORCH_CHECK(found, "gmlake: free of ", p, ", which this allocator did not hand out");
+    allocations_.Sub(1);
+    requested_.Sub(static_cast<int64_t>(size));
+    g_api.free(p, size, device_, stream);
+  }
+
+  [[noreturn]] void Fail(int status, size_t n) {
+    std::string msg = g_api.last_error();
+    if (status == kStatusOom) {
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      int64_t allocated = requested_.current.load();
+      for (auto& observer : oom_observers_) observer(device_, allocated, total, free);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+    }
+    TORCH_CHECK(false, msg.empty() ? "gmlake: allocation of " + std::to_string(n) + " bytes failed" : msg);
+  }
+
+  // ---- c10::Allocator ----
+  DataPtr allocate(size_t n) override {
+    c10::DeviceIndex device = -1;
+    C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+    void* p = Malloc(n, c10::cuda::getCurrentCUDAStream(device).stream());
+    return {p, p, &Deleter, c10::Device(c10::DeviceType::CUDA, device)};
+  }
+  DeleterFnPtr raw_deleter() const override { return &Deleter; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
+  }
+
+  // ---- CUDAAllocator ----
+  void* raw_alloc(size_t nbytes) override {
+    c10::DeviceIndex device = -1;
+    C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+    return Malloc(nbytes, c10::cuda::getCurrentCUDAStream(device).stream());
+  }
+  void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override { return Malloc(nbytes, stream); }
+  void raw_delete(void* ptr) override { Free(ptr); }
+  void init(int /*device_count*/) override { initialized_.store(true); }
+  bool initialized() override { return initialized_.load(); }
+
+  // torch.cuda.set_per_process_memory_fraction: the engine's memory budget, where the library
+  // has one (gmlake_set_memory_fraction); else refused rather than ignored.
+  double getMemoryFraction(c10::DeviceIndex /*device*/) { return fraction_.load(); }
+  void setMemoryFraction(double fraction, c10::DeviceIndex device) {
+    if (g_api.set_memory_fraction == nullptr) {
+      TORCH_CHECK(fraction >= 1.0, "gmlake: set_per_process_memory_fraction needs a libgmlake_torch_alloc.so with a memory "
+                                   "budget (gmlake_set_memory_fraction); give gmlake_torch.enable(capacity_bytes=...) instead");
+      return;
+    }
+    g_api.set_memory_fraction(fraction, device);  // throws with the engine's reason
+    fraction_.store(fraction);
+  }
+  std::vector<StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex /*device*/) { return {}; }
+  void enable(bool value) { enabled_.store(value); }
+  bool isEnabled() const { return enabled_.load(); }
+
+  void emptyCache(MempoolId_t /*mempool_id*/) { g_api.empty_cache(); }
+  // cudnn.benchmark sizes its workspace from this: what the device has free (the engine
+  // frees what it caches when a request would not fit, as PyTorch's allocator does).
+  void cacheInfo(c10::DeviceIndex /*device*/, size_t* largestBlock) {
+    size_t free = 0, total = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    *largestBlock = free;
+  }
+  void* getBaseAllocation(void* ptr, size_t* /*size*/) override { return ptr; }
+  void recordStream(const DataPtr& ptr, CUDAStream stream) override {
+    // only blocks of ours (a tensor of another allocator or from IPC is not ours to track)
+    if (ptr.get() == nullptr || ptr.get_deleter() != &Deleter) return;
+    g_api.record_stream(ptr.get(), stream.stream());
+  }
+
+  DeviceStats getDeviceStats(c10::DeviceIndex /*device*/) {
+    std::string json = EngineStats();
+    DeviceStats s;
+    // [0]: StatType::AGGREGATE, [2]: LARGE_POOL (the types' namespace moved between versions)
+    auto fill = [&](auto& a, const char* name) {
+      auto& st = a[0];
+      st.current = static_cast<int64_t>(JsonNumber(json, (std::string(name) + ".all.current").c_str()));
+      st.peak = static_cast<int64_t>(JsonNumber(json, (std::string(name) + ".all.peak").c_str()));
+      a[2] = st;  // one pool: all of it counts as large
+    };
+    fill(s.allocated_bytes, "allocated_bytes");
+    fill(s.active_bytes, "active_bytes");
+    fill(s.reserved_bytes, "reserved_bytes");
+    fill(s.segment, "segment");
+    // counted here, where every call passes: exact, and reset_peak_memory_stats resets them
+    allocations_.Fill(s.allocation[0]);
+    allocations_.Fill(s.active[0]);
+    requested_.Fill(s.requested_bytes[0]);
+    s.num_alloc_retries = static_cast<int64_t>(JsonNumber(json, "num_alloc_retries"));
+    s.num_ooms = static_cast<int64_t>(JsonNumber(json, "num_ooms"));
+    FillNewer(s, json);
+    return s;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex /*device*/) {
+    for (Counter* c : {&allocations_, &requested_}) {
+      c->allocated.store(0);
+      c->freed.store(0);
+    }
+  }
+  void resetPeakStats(c10::DeviceIndex /*device*/) {
+    for (Counter* c : {&allocations_, &requested_}) c->peak.store(c->current.load());
+    static std::once_flag said;
+    std::call_once(said, [] {
+      std::fprintf(stderr, "gmlake: reset_peak_memory_stats resets the allocation and requested-bytes peaks; "
+                           "the engine's allocated, active and reserved peaks stay those since start\n");
+    });
+  }
+
+  // The engine keeps its own history (enable(record=True)), written by gmlake_torch.snapshot().
+  SnapshotInfo snapshot(MempoolId_t /*mempool_id*/) { return Refused<SnapshotInfo>("memory_snapshot"); }
+  SnapshotInfo snapshot(MempoolId_t /*mempool_id*/, bool /*include_traces*/) { return Refused<SnapshotInfo>("memory_snapshot"); }
+  void recordHistory(bool enabled, CreateContextFn, size_t, RecordContext, bool, const std::vector<std::string>&) {
+    TORCH_CHECK(!enabled, "gmlake: _record_memory_history: start with gmlake_torch.enable(record=True) and write the "
+                          "history with gmlake_torch.snapshot(path) (the same pickle format)");
+  }
+  bool isHistoryEnabled() { return false; }
+
+  // CUDA-graph capture: PyTorch opens a pool window around every capture it makes; inside one
+  // the engine asks the driver whether a stream captures (README "CUDA-graph capture").
+  void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id,
+                           std::function<bool(cudaStream_t)> /*filter*/) {
+    g_api.begin_pool(device, mempool_id, nullptr);
+  }
+  void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id) { g_api.end_pool(device, mempool_id); }
+  void releasePool(c10::DeviceIndex /*device*/, MempoolId_t /*mempool_id*/) {}
+
+  ShareableHandle shareIpcHandle(void* /*ptr*/) { return Refused<ShareableHandle>("IPC handles"); }
+  std::shared_ptr<void> getIpcDevPtr(std::string /*handle*/) { return Refused<std::shared_ptr<void>>("IPC handles"); }
+
+  void attachOutOfMemoryObserver(OutOfMemoryObserver observer) { oom_observers_.push_back(std::move(observer)); }
+  // never called: the engine refuses no request ahead of the driver
+  void attachOomRejectionObserver(OomRejectionObserver /*observer*/) {}
+  // PyTorch's own trace events (its memory-history recorder); the engine has its own history
+  void attachAllocatorTraceTracker(AllocatorTraceTracker /*tracker*/) {}
+
+  void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) {
+    c10::cuda::CUDAGuard guard(dev);
+    cudaError_t err = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();
+    } else {
+      C10_CUDA_CHECK(err);
+    }
+  }
+  cudaError_t memcpyAsync(void* dst, int /*dstDevice*/, const void* src, int /*srcDevice*/, size_t count, cudaStream_t stream,
+                          bool /*p2p_enabled*/) override {
+    return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+  }
+  // CUDA-graph trees (torch.compile mode="reduce-overhead") check their pools' state here
+  std::shared_ptr<AllocatorState> getCheckpointState(c10::DeviceIndex /*device*/, MempoolId_t /*id*/) {
+    return Refused<std::shared_ptr<AllocatorState>>("CUDA-graph pool checkpoints");
+  }
+  CheckpointDelta setCheckpointPoolState(c10::DeviceIndex /*device*/, std::shared_ptr<AllocatorState> /*pps*/) {
+    return Refused<CheckpointDelta>("CUDA-graph pool checkpoints");
+  }
+  std::string name() override { return "gmlake"; }
+
+ private:
+  std::atomic<bool> initialized_{false};
+  std::atomic<bool> enabled_{true};
+  std::atomic<double> fraction_{1.0};
+  Counter allocations_, requested_;
+  std::vector<OutOfMemoryObserver> oom_observers_;
+
+  std::string EngineStats() {
+    char* text = g_api.text(kTextStats, "");
+    std::string json = text != nullptr ? text : "";
+    g_api.text_free(text);
+    return json;
+  }
+
+  template <class T>
+  [[noreturn]] T Refused(const char* what) {
+    TORCH_CHECK(false, "gmlake: ", what, " is not supported by the stitching allocator");
+  }
+};
+
+Allocator g_allocator;
+void Deleter(void* ptr) { g_allocator.Free(ptr); }
+
+}  // namespace gmlake_native
+}  // namespace c10::cuda::CUDACachingAllocator
+
+namespace {
+template <class F>
+bool Sym(void* lib, const char* name, F& out, std::string& missing) {
+  out = reinterpret_cast<F>(dlsym(lib, name));
+  if (out == nullptr) missing += std::string(missing.empty() ? "" : ", ") + name;
+  return out != nullptr;
+}
+}  // namespace
+
+/**
+ * Puts the engine in place of PyTorch's CUDA allocator: lib_path is the loaded
+ * libgmlake_torch_alloc.so (its engine started), device the one it serves. Returns 0, or -1
+ * with a one-line reason in err. Must run before PyTorch's allocator is initialized (its
+ * first CUDA allocation), as changeCurrentAllocator requires.
+ */
+extern "C" __attribute__((visibility("default"))) int gmlake_native_install(const char* lib_path, int device, char* err,
+                                                                          size_t errlen) {
+  namespace A = c10::cuda::CUDACachingAllocator;
+  namespace G = A::gmlake_native;
+  auto fail = [&](const std::string& m) {
+    std::snprintf(err, errlen, "%s", m.c_str());
+    return -1;
+  };
+  A::CUDAAllocator* current = A::allocator.load();
+  if (current == &G::g_allocator) return 0;
+  if (current != nullptr && current->initialized()) {
+    return fail("gmlake: PyTorch's CUDA allocator is already initialized: call gmlake_torch.enable() before the first CUDA tensor");
+  }
+  void* lib = dlopen(lib_path, RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) return fail(std::string("gmlake: ") + lib_path + " is not loaded in this process");
+  std::string missing;
+  Sym(lib, "gmlake_try_alloc", G::g_api.try_alloc, missing);
+  Sym(lib, "gmlake_free", G::g_api.free, missing);
+  Sym(lib, "gmlake_empty_cache", G::g_api.empty_cache, missing);
+  Sym(lib, "gmlake_record_stream", G::g_api.record_stream, missing);
+  Sym(lib, "gmlake_text", G::g_api.text, missing);
+  Sym(lib, "gmlake_text_free", G::g_api.text_free, missing);
+  Sym(lib, "gmlake_last_error", G::g_api.last_error, missing);
+  Sym(lib, "gmlake_begin_allocate_to_pool", G::g_api.begin_pool, missing);
+  Sym(lib, "gmlake_end_allocate_to_pool", G::g_api.end_pool, missing);
+  G::g_api.set_memory_fraction = reinterpret_cast<void (*)(double, int)>(dlsym(lib, "gmlake_set_memory_fraction"));
+  dlclose(lib);  // the reference NOLOAD took; ctypes keeps the library loaded
+  if (!missing.empty()) return fail(std::string("gmlake: ") + lib_path + " lacks " + missing);
+  G::g_allocator.device_ = device;
+  A::allocator.store(&G::g_allocator);
+  return 0;
+}
