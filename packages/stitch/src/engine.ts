@@ -141,12 +141,7 @@ export class Allocator {
   private policyMalloc(size: number, stream: number): Block | null {
     const g = this.guard;
     if (g === null) return this.instance.malloc(size, stream);
-    return g.accept(
-      g.call("malloc", () => this.instance.malloc(size, stream)),
-      size,
-      stream,
-      "malloc",
-    );
+    return g.malloc(this.instance, size, stream);
   }
 
   /** The policy serves mallocs from memory it holds alone (PolicyInstance.mallocCached). */
@@ -375,10 +370,7 @@ export class Allocator {
     b.allocated = false;
     const g = this.guard;
     if (g === null) this.instance.free(b);
-    else {
-      g.release(b);
-      g.call("free", () => this.instance.free(b));
-    }
+    else g.free(this.instance, b);
   }
 
   /**

@@ -40,19 +40,25 @@ export class RangeSet<T> {
     return lo;
   }
 
-  /** The range with the greatest start <= x, as [bucket, index], or null. */
-  private floor(x: number): [number, number] | null {
-    if (this.n === 0) return null;
+  /** Where floor() found it (fields, not a pair: no allocation per look-up). */
+  private fb = 0;
+  private fi = 0;
+
+  /** Whether a range starts at or below x; the one with the greatest start is then at (fb, fi). */
+  private floor(x: number): boolean {
+    if (this.n === 0) return false;
     const b = this.bucket(x);
     const i = RangeSet.upper(this.starts[b]!, x) - 1;
-    return i < 0 ? null : [b, i];
+    if (i < 0) return false;
+    this.fb = b;
+    this.fi = i;
+    return true;
   }
 
   /** The range holding address x, as [start, end, payload], or null. */
   at(x: number): [number, number, T] | null {
-    const f = this.floor(x);
-    if (f === null) return null;
-    const [b, i] = f;
+    if (!this.floor(x)) return null;
+    const { fb: b, fi: i } = this;
     const e = this.ends[b]![i]!;
     return x < e ? [this.starts[b]![i]!, e, this.items[b]![i]!] : null;
   }
@@ -60,49 +66,43 @@ export class RangeSet<T> {
   /** A range that intersects [start, end) (end > start), or null. */
   overlapping(start: number, end: number): [number, number, T] | null {
     if (this.n === 0) return null;
-    const f = this.floor(start);
-    if (f !== null && this.ends[f[0]]![f[1]]! > start) return [this.starts[f[0]]![f[1]]!, this.ends[f[0]]![f[1]]!, this.items[f[0]]![f[1]]!];
-    // the first range starting after `start`
-    let b = f === null ? 0 : f[0];
-    let i = f === null ? 0 : f[1] + 1;
-    if (i >= this.starts[b]!.length) {
-      b++;
-      i = 0;
+    let b = 0;
+    let i = 0;
+    if (this.floor(start)) {
+      b = this.fb;
+      i = this.fi;
+      if (this.ends[b]![i]! > start) return [this.starts[b]![i]!, this.ends[b]![i]!, this.items[b]![i]!];
+      i++; // the first range starting after `start`
+      if (i >= this.starts[b]!.length) {
+        b++;
+        i = 0;
+      }
     }
     if (b >= this.starts.length) return null;
     const s = this.starts[b]![i]!;
     return s < end ? [s, this.ends[b]![i]!, this.items[b]![i]!] : null;
   }
 
-  /** Each range intersecting [start, end), in address order. */
-  each(start: number, end: number, f: (s: number, e: number, item: T) => void): void {
-    if (this.n === 0) return;
-    const fl = this.floor(start);
-    let b = fl === null ? 0 : fl[0];
-    let i = fl === null ? 0 : fl[1];
-    for (; b < this.starts.length; b++, i = 0) {
-      const ss = this.starts[b]!;
-      for (; i < ss.length; i++) {
-        if (ss[i]! >= end) return;
-        if (this.ends[b]![i]! > start) f(ss[i]!, this.ends[b]![i]!, this.items[b]![i]!);
-      }
-    }
-  }
-
-  /** Whether [start, end) is covered by ranges that meet end to start. */
-  covers(start: number, end: number): boolean {
+  /**
+   * The first address of [start, end) that no range covers (end when all of it is), with
+   * `visit` called on each covering range in order (a bound method: no closure per call).
+   */
+  firstUncovered(start: number, end: number, visit: ((s: number, e: number, item: T) => void) | null): number {
     let at = start;
-    const f = this.floor(at);
-    if (f === null) return false;
-    let [b, i] = f;
+    if (!this.floor(at)) return at;
+    let b = this.fb;
+    let i = this.fi;
     for (;;) {
-      if (this.starts[b]![i]! > at || this.ends[b]![i]! <= at) return false;
-      at = this.ends[b]![i]!;
-      if (at >= end) return true;
+      const s = this.starts[b]![i]!;
+      const e = this.ends[b]![i]!;
+      if (s > at || e <= at) return at;
+      if (visit !== null) visit(s, e, this.items[b]![i]!);
+      at = e;
+      if (at >= end) return end;
       if (++i >= this.starts[b]!.length) {
         b++;
         i = 0;
-        if (b >= this.starts.length) return false;
+        if (b >= this.starts.length) return at;
       }
     }
   }
@@ -118,31 +118,47 @@ export class RangeSet<T> {
     }
     const b = this.bucket(start);
     const ss = this.starts[b]!;
+    const ee = this.ends[b]!;
+    const it = this.items[b]!;
     const i = RangeSet.upper(ss, start);
-    ss.splice(i, 0, start);
-    this.ends[b]!.splice(i, 0, end);
-    this.items[b]!.splice(i, 0, item);
+    // shift by hand: splice allocates the array of what it removes, on every call
+    for (let j = ss.length; j > i; j--) {
+      ss[j] = ss[j - 1]!;
+      ee[j] = ee[j - 1]!;
+      it[j] = it[j - 1]!;
+    }
+    ss[i] = start;
+    ee[i] = end;
+    it[i] = item;
     this.n++;
     if (ss.length > CAP) {
       const h = CAP >> 1;
       this.starts.splice(b + 1, 0, ss.splice(h));
-      this.ends.splice(b + 1, 0, this.ends[b]!.splice(h));
-      this.items.splice(b + 1, 0, this.items[b]!.splice(h));
+      this.ends.splice(b + 1, 0, ee.splice(h));
+      this.items.splice(b + 1, 0, it.splice(h));
     }
   }
 
   /** Remove the range starting at `start`; returns its end, or -1 when none starts there. */
   remove(start: number): number {
-    const f = this.floor(start);
-    if (f === null) return -1;
-    const [b, i] = f;
+    if (!this.floor(start)) return -1;
+    const { fb: b, fi: i } = this;
     if (this.starts[b]![i] !== start) return -1;
-    const end = this.ends[b]![i]!;
-    this.starts[b]!.splice(i, 1);
-    this.ends[b]!.splice(i, 1);
-    this.items[b]!.splice(i, 1);
+    const ss = this.starts[b]!;
+    const ee = this.ends[b]!;
+    const it = this.items[b]!;
+    const end = ee[i]!;
+    const last = ss.length - 1;
+    for (let j = i; j < last; j++) {
+      ss[j] = ss[j + 1]!;
+      ee[j] = ee[j + 1]!;
+      it[j] = it[j + 1]!;
+    }
+    ss.pop();
+    ee.pop();
+    it.pop();
     this.n--;
-    if (this.starts[b]!.length === 0) {
+    if (last === 0) {
       this.starts.splice(b, 1);
       this.ends.splice(b, 1);
       this.items.splice(b, 1);
