@@ -13,6 +13,7 @@ import { listPolicies, loadPolicyModules, optionsForPolicies, resolvePolicyModul
 import { probeCuda } from "@gmlake/vmm";
 import { defaultTraceDir, findTraces, traceLabel } from "./find-traces.js";
 import { recordedFigures, type Recorded } from "./recorded.js";
+import { sweepIdentity } from "./identity.js";
 import { mergeCommand } from "./merge.js";
 import { checkSweepOutputs, writeOutputs, type Plan, type SweepTargets } from "./outputs.js";
 import { recordedCurves, type CurvesFile } from "./plots.js";
@@ -37,7 +38,9 @@ file or an installed package; repeatable): its policies run beside the built-ins
 none of them has, or a bad value, exits 2; 'gmlake policies' lists the knobs).
 --shard I/N runs only tasks I, I+N, I+2N ... of the sweep (0-based I: a Slurm array
 task's SLURM_ARRAY_TASK_ID, a Kubernetes indexed Job's JOB_COMPLETION_INDEX); 'merge'
-joins the result folders of all N shards into one, as if the sweep had run whole.
+joins the result folders of all N shards into one, as if the sweep had run whole;
+it refuses shards of another sweep (each records its traces' and modules' sha256,
+knobs and version) and malformed ones.
 The output files are checked before the first run: existing ones are replaced only
 with --force; each is written whole (temporary file + rename) or not at all.
 Example: gmlake-bench --drivers auto --capacity-factor 1.02 --out bench-results`;
@@ -228,7 +231,8 @@ async function main(): Promise<void> {
     }
   }
 
-  const plan: Plan = { traces: traces.map((t) => t.trace), policies: a.policies, drivers: a.drivers, capacityFactor: a.capacityFactor, integrity: a.integrity, tasks: tasks.length };
+  const identity = sweepIdentity(traces, a.policyModules, a.options);
+  const plan: Plan = { traces: traces.map((t) => t.trace), policies: a.policies, drivers: a.drivers, capacityFactor: a.capacityFactor, integrity: a.integrity, tasks: tasks.length, identity };
   const mine = tasks.filter((t) => inShard(t.id, a.shard));
   const results: TaskResult[] = [];
   const t0 = Date.now();

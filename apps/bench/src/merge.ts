@@ -3,7 +3,9 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { terminalSafe } from "@gmlake/output";
 import { OutputError, checkSweepOutputs, writeOutputs, type ResultsFile, type SweepTargets } from "./outputs.js";
+import { identityDifference } from "./identity.js";
 import type { CurvesFile } from "./plots.js";
+import { curvesProblem, resultsProblem } from "./results-shape.js";
 import type { Recorded } from "./recorded.js";
 import type { TaskResult } from "./task.js";
 
@@ -30,11 +32,20 @@ const planKey = (r: ResultsFile): string => JSON.stringify(r.plan);
  */
 export function mergeShards(dirs: readonly string[]): { results: ResultsFile; curves: CurvesFile } {
   if (dirs.length === 0) fail("needs the result folders of the shards (gmlake-bench merge DIR... --out DIR)");
-  const parts = dirs.map((d) => ({ dir: d, r: readJson<ResultsFile>(join(d, "results.json")), c: readJson<CurvesFile>(join(d, "curves.json")) }));
+  const parts = dirs.map((d) => {
+    const r = readJson<ResultsFile>(join(d, "results.json"));
+    const rp = resultsProblem(r);
+    if (rp !== null) fail(`${join(d, "results.json")}: ${rp}`);
+    const c = readJson<CurvesFile>(join(d, "curves.json"));
+    const cp = curvesProblem(c);
+    if (cp !== null) fail(`${join(d, "curves.json")}: ${cp}`);
+    return { dir: d, r, c };
+  });
   const first = parts[0]!;
-  if (!first.r.plan || !Array.isArray(first.r.results)) fail(`${first.dir}/results.json is not a gmlake-bench result`);
   for (const p of parts) {
     if (!p.r.shard) fail(`${p.dir} is a whole sweep, not a shard`);
+    const why = identityDifference(p.r.plan.identity, first.r.plan.identity);
+    if (why !== null) fail(`${p.dir} is a shard of another sweep than ${first.dir}: ${why}`);
     if (planKey(p.r) !== planKey(first.r)) fail(`${p.dir} is a shard of another sweep (its traces, policies, drivers or capacity factor differ from ${first.dir})`);
     if (p.r.shard.count !== first.r.shard!.count) fail(`${p.dir} is shard ${p.r.shard.index}/${p.r.shard.count}, ${first.dir} is of ${first.r.shard!.count}`);
   }

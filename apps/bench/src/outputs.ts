@@ -1,10 +1,11 @@
-import { OutputError, checkOutputDir, checkOutputs, writeOutputFile, type OutputTarget } from "@gmlake/output";
+import { OutputError, checkOutputDir, checkOutputs, writeOutputFiles, type OutputTarget } from "@gmlake/output";
 import { join } from "node:path";
+import type { SweepIdentity } from "./identity.js";
 import type { Recorded } from "./recorded.js";
 import type { Shard } from "./shard.js";
 import { markdownSummary } from "./summary.js";
 import type { TaskResult } from "./task.js";
-import { plotFileName, writeTracePlots, type CurvesFile } from "./plots.js";
+import { plotFileName, tracePlots, type CurvesFile } from "./plots.js";
 
 /** What a sweep is: the same plan gives the same task ids, so shards of it can be merged. */
 export interface Plan {
@@ -15,6 +16,8 @@ export interface Plan {
   integrity: boolean | "full";
   /** Tasks of the whole sweep (all shards). */
   tasks: number;
+  /** The traces' and modules' contents, the knobs, the version: shards merge only with the same. */
+  identity: SweepIdentity;
 }
 
 /** results.json. */
@@ -49,14 +52,17 @@ export function checkSweepOutputs(out: string, traces: readonly string[], whole:
   return { results: results!, curves: curves!, summary: summary!, plots };
 }
 
-/** Writes results.json, curves.json, summary.md and (for a whole sweep) one SVG per trace. */
+/** Writes results.json, curves.json, summary.md and (for a whole sweep) one SVG per trace: all of them or none. */
 export function writeOutputs(t: SweepTargets, r: ResultsFile, curves: CurvesFile): void {
-  if (r.shard === null) writeTracePlots(t.plots, r.plan.traces, r.results, r.recorded, curves);
+  const plots = r.shard === null ? tracePlots(t.plots, r.plan.traces, r.results, r.recorded, curves) : [];
   const results = r.results.map(({ reservedCurve: _c, ...x }) => x);
-  writeOutputFile(t.results, JSON.stringify({ ...r, results }, null, 1) + "\n");
-  writeOutputFile(t.curves, JSON.stringify(curves) + "\n");
   const note = r.shard ? ` (shard ${r.shard.index}/${r.shard.count}: ${r.results.length} of ${r.plan.tasks} tasks)` : "";
-  writeOutputFile(t.summary, markdownSummary({ date: r.date, machine: r.machine, command: r.command + note, results: r.results, recorded: r.recorded }));
+  writeOutputFiles([
+    ...plots,
+    { target: t.results, data: JSON.stringify({ ...r, results }, null, 1) + "\n" },
+    { target: t.curves, data: JSON.stringify(curves) + "\n" },
+    { target: t.summary, data: markdownSummary({ date: r.date, machine: r.machine, command: r.command + note, results: r.results, recorded: r.recorded }) },
+  ]);
 }
 
 export { OutputError };

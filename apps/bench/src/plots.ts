@@ -1,4 +1,4 @@
-import { writeOutputFile, type OutputTarget } from "@gmlake/output";
+import type { OutputTarget } from "@gmlake/output";
 import { plotSvg, sampleTimeline, type PlotSeries } from "@gmlake/trace";
 import type { Recorded } from "./recorded.js";
 import { loadSnapshot, type Curve, type TaskResult } from "./task.js";
@@ -35,8 +35,9 @@ export function plotFileName(trace: string): string {
   return `${trace.replace(/[^A-Za-z0-9._-]+/g, "_")}.svg`;
 }
 
-/** `files[i]` is the checked output for `traces[i]`. */
-export function writeTracePlots(files: readonly OutputTarget[], traces: readonly string[], results: readonly TaskResult[], recorded: readonly Recorded[], curves: CurvesFile): void {
+/** Each trace's SVG for its checked output (`files[i]` is `traces[i]`'s), to be written with the rest. */
+export function tracePlots(files: readonly OutputTarget[], traces: readonly string[], results: readonly TaskResult[], recorded: readonly Recorded[], curves: CurvesFile): { target: OutputTarget; data: string }[] {
+  const out: { target: OutputTarget; data: string }[] = [];
   for (const [i, trace] of traces.entries()) {
     const rec = curves.recorded[trace];
     if (!rec || !files[i]) continue;
@@ -49,6 +50,7 @@ export function writeTracePlots(files: readonly OutputTarget[], traces: readonly
     }
     s.push({ label: "allocated", allocated: series(rec.allocated), startUs: rec.allocated.startUs, color: "#7f7f7f" });
     s.push({ label: `PyTorch ${mode} (recorded)`, reserved: series(rec.reserved), startUs: rec.reserved.startUs, emphasis: "recorded" });
-    writeOutputFile(files[i]!, plotSvg(s, { title: `${trace}: reserved per allocator vs allocated`, subtitle: "dashed: each allocator replayed on the same requests (sim driver); dotted black: what PyTorch reserved; peaks in GiB" }));
+    out.push({ target: files[i]!, data: plotSvg(s, { title: `${trace}: reserved per allocator vs allocated`, subtitle: "dashed: each allocator replayed on the same requests (sim driver); dotted black: what PyTorch reserved; peaks in GiB" }) });
   }
+  return out;
 }

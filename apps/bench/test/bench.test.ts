@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, readdirSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -124,4 +124,62 @@ describe.skipIf(!haveTraces)("--shard and merge", () => {
     expect(mixed.stderr).toMatch(/another sweep/);
     expect(bench(["--shard", "3/3"]).stderr).toMatch(/invalid --shard '3\/3'/);
   }, 240_000);
+});
+
+describe.skipIf(!haveTraces)("merge knows what a sweep is (issue 33)", () => {
+  const root = mkdtempSync(join(tmpdir(), "gmlake-sweeps-"));
+  const base = ["--traces", SMALL, "--only", "default", "--policies", "caching", "--drivers", "sim"];
+  const shard = (name: string, i: number, extra: string[] = [], traces = SMALL) => {
+    const args = [...base, ...extra, "--shard", `${i}/2`, "--out", join(root, name)];
+    args[1] = traces;
+    const r = bench(args);
+    expect(r.status, r.stderr).toBe(0);
+    return join(root, name);
+  };
+  const refused = (dirs: string[], re: RegExp) => {
+    const out = join(root, `out-${Math.random().toString(36).slice(2)}`);
+    const m = bench(["merge", ...dirs, "--out", out]);
+    expect(m.status, m.stderr).toBe(2);
+    expect(m.stderr).toMatch(re);
+    expect(m.stderr.trim().split("\n")).toHaveLength(1);
+    expect(existsSync(out)).toBe(false); // nothing written, not even the folder
+  };
+
+  it("refuses shards of other sweeps: another --set, other files under the same names, a module in one shard", () => {
+    const s0 = shard("s0", 0);
+    const s1 = shard("s1", 1);
+    const ok = bench(["merge", s0, s1, "--out", join(root, "merged")]);
+    expect(ok.status, ok.stderr).toBe(0);
+    expect(JSON.parse(readFileSync(join(root, "merged", "results.json"), "utf8")).plan.identity.traces.default).toMatch(/^[0-9a-f]{64}$/);
+    refused([s0, shard("knob1", 1, ["--set", "maxSplitSize=64MiB"])], /another sweep than .*: its caching knobs differ/);
+    const other = join(root, "other-traces");
+    mkdirSync(other);
+    copyFileSync(join(SMALL, "default_end.pickle"), join(other, "default.pickle")); // the same name, another file
+    copyFileSync(join(SMALL, "default_end.pickle"), join(other, "default_end.pickle"));
+    refused([s0, shard("files1", 1, [], other)], /its trace default is another file/);
+    refused([s0, shard("module1", 1, ["--policy-module", join(here, "fixtures", "caching-copy.mjs")])], /its policy modules differ \(caching-copy\.mjs@/);
+  }, 120_000);
+
+  it("refuses malformed shards with one line: null, a row with null figures, a taskId as a string, bad curves", () => {
+    const s0 = shard("m0", 0);
+    const s1 = shard("m1", 1);
+    const file = join(s1, "results.json");
+    const good = readFileSync(file, "utf8");
+    const edit = (f: (j: Record<string, any>) => unknown) => {
+      const j = JSON.parse(good);
+      const v = f(j);
+      writeFileSync(file, JSON.stringify(v === undefined ? j : v));
+    };
+    edit(() => null);
+    refused([s0, s1], /results\.json: is null, not a gmlake-bench result/);
+    edit((j) => void (j.results[0].peakReservedBytes = null));
+    refused([s0, s1], /results\[0\]\.peakReservedBytes is null, not a number/);
+    edit((j) => void (j.results[0].taskId = String(j.results[0].taskId)));
+    refused([s0, s1], /results\[0\]\.taskId is "1", not a task id/);
+    edit((j) => void delete j.plan.identity);
+    refused([s0, s1], /no plan\.identity/);
+    writeFileSync(file, good);
+    writeFileSync(join(s1, "curves.json"), JSON.stringify({ recorded: {}, runs: { "1": { startUs: 0, timeUs: [1], bytes: [] } } }));
+    refused([s0, s1], /curves\.json: runs\["1"\] is not a run's curve/);
+  }, 120_000);
 });

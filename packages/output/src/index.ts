@@ -15,6 +15,7 @@ export {
   checkOutputs,
   removeStaleTemps,
   writeOutputFile,
+  writeOutputFiles,
   type OutputCheckOptions,
   type OutputTarget,
 } from "./output-file.js";

@@ -269,32 +269,67 @@ export function removeStaleTemps(file: string): number {
 
 /** Writes `data` to a checked target, atomically; throws a "write" OutputError and leaves nothing behind. */
 export function writeOutputFile(target: OutputTarget, data: string | Uint8Array): void {
-  if (target.inPlace) {
-    let fd = -1;
-    try {
-      fd = openSync(target.file, "w");
-      writeFd(fd, target.path, data);
-      closeSync(fd);
-      fd = -1;
-    } catch (e) {
-      if (fd >= 0) closeSync(fd);
-      throw writeError(target.path, e);
-    }
-    return;
+  if (target.inPlace) return writeInPlace(target, data);
+  commit(target, stage(target, data));
+}
+
+/**
+ * Writes several checked targets all or nothing: every file is written to its temporary
+ * file and synced first, and only when all are there do they take their names (devices
+ * and FIFOs last, in place). A failure while writing (disk full, a bad value) leaves none
+ * of them; only a rename failing midway (the file system itself failing) can leave some.
+ */
+export function writeOutputFiles(items: readonly { target: OutputTarget; data: string | Uint8Array }[]): void {
+  const staged: { target: OutputTarget; tmp: string }[] = [];
+  try {
+    for (const { target, data } of items) if (!target.inPlace) staged.push({ target, tmp: stage(target, data) });
+  } catch (e) {
+    for (const s of staged) unlinkQuietly(s.tmp);
+    throw e;
   }
+  staged.forEach((s, i) => {
+    try {
+      commit(s.target, s.tmp);
+    } catch (e) {
+      for (const later of staged.slice(i + 1)) unlinkQuietly(later.tmp);
+      throw e;
+    }
+  });
+  for (const { target, data } of items) if (target.inPlace) writeInPlace(target, data);
+}
+
+function writeInPlace(target: OutputTarget, data: string | Uint8Array): void {
+  let fd = -1;
+  try {
+    fd = openSync(target.file, "w");
+    writeFd(fd, target.path, data);
+    closeSync(fd);
+    fd = -1;
+  } catch (e) {
+    if (fd >= 0) closeSync(fd);
+    throw writeError(target.path, e);
+  }
+}
+
+function unlinkQuietly(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // gone already (renamed, or never created)
+  }
+}
+
+/** The data in a synced temporary file beside the target; returns its path (nothing is left on failure). */
+function stage(target: OutputTarget, data: string | Uint8Array): string {
   removeStaleTemps(target.file);
   const tmp = tmpName(target.file);
   let fd = -1;
-  let placed = false;
   try {
     fd = openSync(tmp, "wx", 0o666);
     writeFd(fd, target.path, data);
     fsyncSync(fd); // the bytes are on disk before the name points at them
     closeSync(fd);
-    fd = -1;
-    if (target.force) renameSync(tmp, target.file);
-    else place(tmp, target);
-    placed = true;
+    return tmp;
   } catch (e) {
     if (fd >= 0) {
       try {
@@ -303,15 +338,20 @@ export function writeOutputFile(target: OutputTarget, data: string | Uint8Array)
         // already failing: the write error is the one to report
       }
     }
+    unlinkQuietly(tmp);
+    throw writeError(target.path, e);
+  }
+}
+
+/** The staged file takes the target's name (replacing it only with force); the temporary name goes either way. */
+function commit(target: OutputTarget, tmp: string): void {
+  try {
+    if (target.force) renameSync(tmp, target.file);
+    else place(tmp, target);
+  } catch (e) {
     throw writeError(target.path, e);
   } finally {
-    if (!placed || !target.force) {
-      try {
-        unlinkSync(tmp);
-      } catch {
-        // gone already (renamed, or never created)
-      }
-    }
+    unlinkQuietly(tmp); // linked (a second name) or not placed; after a rename it is gone already
   }
 }
 

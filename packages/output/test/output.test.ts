@@ -1,10 +1,10 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, linkSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, linkSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
-import { OutputError, checkOutputDir, checkOutputFile, checkOutputs, terminalSafe, terminalSafeJson, writeOutputFile } from "../src/index.js";
+import { OutputError, checkOutputDir, checkOutputFile, checkOutputs, terminalSafe, terminalSafeJson, writeOutputFile, writeOutputFiles } from "../src/index.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "gmlake-output-"));
 
@@ -169,5 +169,19 @@ describe("issue 33: outputs in odd places", () => {
     writeFileSync(join(d, ".other.gmlake-00000000-1-1.tmp"), ""); // another file's, another host's: kept
     writeOutputFile(checkOutputFile(f), "done");
     expect(readdirSync(d).sort()).toEqual([".other.gmlake-00000000-1-1.tmp", "out.pickle"]);
+  });
+});
+
+describe("writeOutputFiles: all or nothing", () => {
+  it("a file that cannot be written leaves none of the others", () => {
+    const d = join(tmp, "all-or-nothing");
+    mkdirSync(join(d, "sub"), { recursive: true });
+    const a = checkOutputFile(join(d, "a.json"));
+    const b = checkOutputFile(join(d, "sub", "b.json"));
+    rmSync(join(d, "sub"), { recursive: true }); // b's folder went after the check
+    expect(caught(() => writeOutputFiles([{ target: a, data: "a" }, { target: b, data: "b" }])).kind).toBe("write");
+    expect(readdirSync(d)).toEqual([]); // neither a.json nor a temporary file
+    writeOutputFiles([{ target: a, data: "a" }]);
+    expect(readFileSync(join(d, "a.json"), "utf8")).toBe("a");
   });
 });
