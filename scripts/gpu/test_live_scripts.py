@@ -712,6 +712,22 @@ class LargestBatch(unittest.TestCase):
         alone = sum(1 for c in doc["candidates"] if c["allocator"] == "pytorch-expandable" and c["budget_gib"] == 24)
         self.assertLess(doc["ran"], 2 * 2 * 3 * alone)
 
+    def test_candidates_at_once_find_the_same_and_time_the_answer_alone(self):
+        args = ("--workloads", "gpt2_ft", "--budgets", "24,40")
+        _, one = self.lb(*args)
+        p, three = self.lb(*args, "--jobs", "3")
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual(three["jobs"], 3)
+        self.assertEqual([(r["budget_gib"], r["allocator"], r["largest"]) for r in three["rows"]],
+                         [(r["budget_gib"], r["allocator"], r["largest"]) for r in one["rows"]])
+        self.assertTrue(any(c["concurrent"] == 3 for c in three["candidates"]))
+        for r in three["rows"]:  # each answer's times come from a run that had the GPU to itself
+            alone = [c for c in three["candidates"] if (c["allocator"], c["budget_gib"], c["value"], c["concurrent"]) == (r["allocator"], r["budget_gib"], r["largest"], 1)]
+            self.assertEqual(len(alone), 1, r)
+        # no more at once than the device holds beside the largest budget: (140 - 4) // (64 + 3) = 2
+        _, capped = self.lb("--workloads", "gpt2_ft", "--budgets", "64", "--allocators", "pytorch", "--jobs", "8")
+        self.assertEqual(capped["jobs"], 2)
+
     def test_ours_takes_the_budget_directly_where_the_hook_is_missing(self):
         p, doc = self.lb("--workloads", "gpt2_ft", "--budgets", "24", "--allocators", "ours:vms,pytorch", FAKE_NO_HOOK="1")
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
@@ -768,6 +784,210 @@ class LargestBatch(unittest.TestCase):
             p = subprocess.run(["bash", sh], capture_output=True, text=True, env=dict(env, **extra), cwd=ROOT, timeout=60)
             self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
             self.assertIn(word, p.stdout + p.stderr)
+
+
+# ---- step_time.py: the step-time benchmark (issue 27) ------------------------------------------
+sys.path.insert(0, HERE)
+import step_time  # noqa: E402
+
+# step_time.py's PYTHON: a run answers with step times made from its allocator and round (the
+# same formula as expected() below), after FAKE_SLEEP seconds; FAKE_FAIL names an allocator
+# whose runs fail; the build of the native CUDAAllocator fails with FAKE_BUILD_FAIL.
+FAKE_STEP_PYTHON = r'''#!/usr/bin/env bash
+if [[ $1 == */live_workloads.py || ( $1 == */step_time.py && $2 == child ) ]]; then
+  exec python3 - "$@" <<'PY'
+import json, os, sys, time
+a = sys.argv[1:]
+w = a[2] if a[1] == "child" else a[1]
+alloc, steps, rep = a[a.index("--allocator") + 1], int(a[a.index("--steps") + 1]), int(a[a.index("--rep") + 1])
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps([w, rep, alloc, os.environ.get("GMLAKE_INTERFACE")]) + "\n")
+if os.environ.get("FAKE_FAIL") == alloc:
+    sys.exit("boom: " + alloc)
+time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+base = {"pytorch": 0.200, "pytorch-expandable": 0.202}.get(alloc, 0.2015 if os.environ.get("GMLAKE_INTERFACE") == "native" else 0.210)
+noise = [0.0, 0.004, -0.002, 0.003, -0.001, 0.002][rep % 6]
+st = [1.5 + rep, 0.5, 0.3] + [base + noise + 0.001 * (i % 2) for i in range(steps - 3)]
+print("RESULT " + json.dumps({"workload": w, "allocator": alloc, "step_s": st, "peak_reserved_bytes": 3 << 30, "gpu": "fake", "torch": "fake"}))
+PY
+fi
+if [ "$1" = -m ] && [ "$2" = gmlake_torch ] && [ "$3" = build-cuda-allocator ]; then
+  if [ -n "${FAKE_BUILD_FAIL:-}" ]; then echo "gmlake: building the native CUDAAllocator failed: x.cc:1: error: nope" >&2; exit 2; fi
+  echo built; exit 0
+fi
+exec python3 "$@"
+'''
+
+
+def expected_run_mean(alloc, rep, steps, native=False):
+    base = {"pytorch": 0.200, "pytorch-expandable": 0.202}.get(alloc, 0.2015 if native else 0.210)
+    noise = [0.0, 0.004, -0.002, 0.003, -0.001, 0.002][rep % 6]
+    return sum(base + noise + 0.001 * (i % 2) for i in range(steps - 3)) / (steps - 3)
+
+
+class StepTime(unittest.TestCase):
+    def test_t_interval_and_fieller(self):
+        m, lo, hi = step_time.t_interval([1, 2, 3, 4, 5])  # s = 1.5811, t(4) = 2.776
+        self.assertAlmostEqual(m, 3)
+        self.assertAlmostEqual(hi - m, 2.776 * 1.5811388 / 5 ** 0.5, places=4)
+        self.assertEqual(step_time.t_interval([2.0])[1:], (None, None))
+        self.assertEqual(step_time.t975(35), 2.042)  # between table rows: the lower row's (wider) quantile
+        xs, ys = [1.05, 1.11, 0.98, 1.07, 1.02], [1.0, 1.04, 0.97, 1.0, 0.99]
+        r, lo, hi = step_time.fieller(xs, ys)
+        self.assertAlmostEqual(r, sum(xs) / sum(ys))
+        self.assertLess(lo, r)
+        self.assertLess(r, hi)
+        # each bound solves Fieller's equation: (mx - q my)^2 = t^2 Var(mean(x) - q mean(y))
+        n = len(xs)
+        for q in (lo, hi):
+            d = [x - q * y for x, y in zip(xs, ys)]
+            md = sum(d) / n
+            var = sum((v - md) ** 2 for v in d) / (n - 1) / n
+            self.assertAlmostEqual(md ** 2, 2.776 ** 2 * var, places=9)
+        # a reference whose mean is not clearly above 0: no bounded interval
+        self.assertEqual(step_time.fieller([1, 2, 3], [-1, 1, 0.3])[1:], (None, None))
+
+    def run_step_time(self, *argv, env=None):
+        with tempfile.TemporaryDirectory() as d:
+            py = os.path.join(d, "python")
+            with open(py, "w") as f:
+                f.write(FAKE_STEP_PYTHON)
+            os.chmod(py, 0o755)
+            e = dict(os.environ, FAKE_LOG=os.path.join(d, "log"), **(env or {}))
+            p = subprocess.run([sys.executable, os.path.join(HERE, "step_time.py"), *argv, "--python", py, "--out", d],
+                               capture_output=True, text=True, env=e, timeout=120)
+            doc = md = None
+            if os.path.exists(os.path.join(d, "step-time.json")):
+                with open(os.path.join(d, "step-time.json")) as f:
+                    doc = json.load(f)
+                with open(os.path.join(d, "step-time.md")) as f:
+                    md = f.read()
+            log = []
+            if os.path.exists(os.path.join(d, "log")):
+                with open(os.path.join(d, "log")) as f:
+                    log = [json.loads(l) for l in f]
+            return p, doc, md, log
+
+    def test_rounds_interleave_rotated_and_the_summary_is_the_runs(self):
+        allocs = "pytorch,pytorch-expandable,ours:vms,ours:vms@native"
+        p, doc, md, log = self.run_step_time("--workloads", "gpt2_ft,gpt2_124m_compile", "--allocators", allocs,
+                                             "--rounds", "5", "--steps", "8")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        a = allocs.split(",")
+        # the prime run (round 0, not counted), then per round every allocator once, starting one later each round
+        want = [["gpt2_ft", 0, "pytorch", None]]
+        for rnd in range(1, 6):
+            k = (rnd - 1) % 4
+            want += [["gpt2_ft", rnd, x.split("@")[0], "native" if x.endswith("@native") else None] for x in a[k:] + a[:k]]
+        self.assertEqual(log[:21], want)
+        self.assertEqual(log[21][:2], ["gpt2_124m_compile", 0])  # the next workload after all of gpt2_ft's rounds
+        rows = {(r["workload"], r["allocator"]): r for r in doc["summary"]}
+        vms = rows[("gpt2_ft", "ours:vms")]
+        means = [expected_run_mean("ours:vms", r, 8) for r in range(1, 6)]
+        self.assertEqual(vms["runs"], 5)
+        self.assertAlmostEqual(vms["mean_step_s"], sum(means) / 5, places=9)
+        self.assertEqual(vms["ci95"], list(step_time.t_interval(means)[1:]))
+        refs = [expected_run_mean("pytorch", r, 8) for r in range(1, 6)]
+        self.assertAlmostEqual(vms["vs_pytorch"]["ratio"], sum(means) / sum(refs), places=9)
+        self.assertEqual(vms["vs_pytorch"]["ci95"], list(step_time.fieller(means, refs)[1:]))
+        native = rows[("gpt2_ft", "ours:vms@native")]
+        self.assertAlmostEqual(native["mean_step_s"], sum(expected_run_mean("x", r, 8, native=True) for r in range(1, 6)) / 5, places=9)
+        # the first three steps on their own: round r's first step is 1.5 + r (round 0 left out)
+        self.assertAlmostEqual(vms["first_steps_s"][0], 1.5 + 3)
+        self.assertEqual(vms["first_steps_s"][1:], [0.5, 0.3])
+        self.assertEqual(vms["peak_reserved_bytes"], 3 << 30)
+        self.assertIn("| ours:vms | 5 | %.4f (" % vms["mean_step_s"], md)
+        self.assertIn("| pytorch | 5 |", md)
+        self.assertIn("| self |", md)
+        self.assertIn("## gpt2_124m_compile", md)
+        self.assertNotIn("Incomplete", md)
+
+    def test_the_time_limit_writes_what_it_has(self):
+        p, doc, md, log = self.run_step_time("--workloads", "gpt2_ft", "--allocators", "pytorch,ours:vms", "--rounds", "20",
+                                             "--steps", "5", "--time-limit", "2.5", "--first-estimate", "0.1",
+                                             env={"FAKE_SLEEP": "0.3"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(doc["incomplete"])
+        self.assertIn("**Incomplete**", md)
+        done = len(doc["runs"])
+        self.assertGreater(done, 2)
+        self.assertEqual(done + len(doc["skipped"]), 41)  # the prime run and 20 rounds of 2
+        self.assertTrue(all(s.startswith("gpt2_ft ") for s in doc["skipped"]), doc["skipped"])
+        self.assertEqual(len(log), done)
+        self.assertIn("## Not run (time limit)", md)
+        # a run that outlasts what is left is killed, and said
+        p, doc, md, _ = self.run_step_time("--workloads", "gpt2_ft", "--allocators", "pytorch", "--rounds", "1", "--steps", "5",
+                                           "--time-limit", "1.5", "--first-estimate", "0.1", "--no-prime", env={"FAKE_SLEEP": "30"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([(r["ok"], r["error"]) for r in doc["runs"]], [(False, "killed at the time limit")])
+
+    def test_failed_runs_are_listed_and_left_out(self):
+        p, doc, md, _ = self.run_step_time("--workloads", "gpt2_ft", "--allocators", "pytorch,ours:caching", "--rounds", "2",
+                                           "--steps", "5", env={"FAKE_FAIL": "ours:caching"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([r["allocator"] for r in doc["summary"]], ["pytorch"])
+        self.assertIn("- gpt2_ft ours:caching round 1: boom: ours:caching", md)
+
+    def test_report_merges_calls_pairing_each_calls_rounds(self):
+        with tempfile.TemporaryDirectory() as d:
+            files = []
+            for k, (alloc_steps) in enumerate([0.210, 0.220]):
+                runs = [{"workload": "gpt2_ft", "allocator": a, "round": r, "call": f"c{k}", "ok": True,
+                         "step_s": [1, 1, 1] + [(alloc_steps if a == "ours:vms" else 0.2) + 0.001 * r] * 4}
+                        for r in (1, 2) for a in ("pytorch", "ours:vms")]
+                f = os.path.join(d, f"{k}.json")
+                with open(f, "w") as fh:
+                    json.dump({"settings": {"date": f"c{k}", "allocators": ["pytorch", "ours:vms"], "rounds": 2, "steps": 7,
+                                            "warmup": 3, "order": "rotate"}, "runs": runs}, fh)
+                files.append(f)
+            p = subprocess.run([sys.executable, os.path.join(HERE, "step_time.py"), "report", *files, "--out", os.path.join(d, "m")],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(os.path.join(d, "m", "step-time.json")) as fh:
+                row = next(r for r in json.load(fh)["summary"] if r["allocator"] == "ours:vms")
+            self.assertEqual((row["runs"], row["vs_pytorch"]["rounds"]), (4, 4))
+            self.assertEqual(len(row["vs_pytorch"]["round_ratios"]), 4)
+            over = subprocess.run([sys.executable, os.path.join(HERE, "step_time.py"), "report", files[0], "--out", d],
+                                  capture_output=True, text=True)
+            self.assertEqual(over.returncode, 0, over.stderr)  # 0.json is not step-time.json: nothing overwritten
+            clash = subprocess.run([sys.executable, os.path.join(HERE, "step_time.py"), "report", os.path.join(d, "m", "step-time.json"),
+                                    "--out", os.path.join(d, "m")], capture_output=True, text=True)
+            self.assertEqual(clash.returncode, 2)
+            self.assertIn("overwrite an input", clash.stderr)
+
+    def test_bad_input_one_line_exit_2(self):
+        for argv in (["--allocators", "jemalloc"], ["--allocators", "pytorch@native"], ["--steps", "3"], ["--workloads", "bert"],
+                     ["--rounds", "x"], ["report", "/nonexistent.json"]):
+            p = subprocess.run([sys.executable, os.path.join(HERE, "step_time.py"), *argv], capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 2, argv)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, (argv, p.stderr))
+            self.assertTrue(p.stderr.startswith("step_time: "), p.stderr)
+
+    def test_step_time_sh_one_command(self):
+        with tempfile.TemporaryDirectory() as d:
+            py = os.path.join(d, "python")
+            with open(py, "w") as f:
+                f.write(FAKE_STEP_PYTHON)
+            os.chmod(py, 0o755)
+            env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), FAKE_LOG=os.path.join(d, "log"), WORKLOADS="gpt2_ft",
+                       ALLOCATORS="pytorch,pytorch-expandable", ROUNDS="2", STEPS="5")
+            p = subprocess.run(["bash", os.path.join(HERE, "step-time.sh")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+            with open(os.path.join(d, "out", "step-time.json")) as f:
+                doc = json.load(f)
+            self.assertEqual((doc["settings"]["rounds"], doc["settings"]["steps"], len(doc["runs"])), (2, 5, 5))
+            self.assertLess(doc["settings"]["time_limit_s"], 570)
+            # @native: the CUDAAllocator is built first, and a failed build is one line, exit 2
+            if not os.path.exists(os.path.join(ROOT, "packages/torch-alloc/build/lib/libgmlake_torch_alloc.so")):
+                return  # the engine is not built here: step-time.sh stops before the build (its own one line)
+            p = subprocess.run(["bash", os.path.join(HERE, "step-time.sh")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                               env=dict(env, ALLOCATORS="pytorch,ours:vms@native", FAKE_BUILD_FAIL="1"))
+            self.assertEqual(p.returncode, 2)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertIn("error: nope", p.stderr)
+            p = subprocess.run(["bash", os.path.join(HERE, "step-time.sh")], capture_output=True, text=True, cwd=ROOT, timeout=30,
+                               env=dict(env, TOTAL="soon"))
+            self.assertEqual((p.returncode, len(p.stderr.strip().splitlines())), (2, 1))
 
 
 if __name__ == "__main__":
