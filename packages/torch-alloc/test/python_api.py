@@ -19,6 +19,9 @@ behind the pluggable interface; the engine runs on the host driver.
   cli            python -m gmlake_torch: --help 0; no command, an unknown one, a bad --knobs: usage
                  and 2; run passes the script its arguments; check allocates on the host driver
 
+GMLAKE_TEST_INSTALLED=1: the installed gmlake_torch instead of ../python (scripts/wheel/test.sh,
+in a venv: its site-packages' own .pth line runs at every start).
+
 usage: python3 test/python_api.py [CASE...]
 """
 import json
@@ -29,7 +32,10 @@ import tempfile
 import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = os.path.abspath(os.path.join(HERE, "..", "python"))
+INSTALLED = os.environ.get("GMLAKE_TEST_INSTALLED") == "1"
+PY = None if INSTALLED else os.path.abspath(os.path.join(HERE, "..", "python"))
+if PY:
+    sys.path.insert(0, PY)
 MiB = 1 << 20
 
 # A torch package as far as the allocator sees it: lazy CUDA initialisation, the pluggable
@@ -112,9 +118,10 @@ def child(code, env=None, torch=True, site=True, args=()):
     with tempfile.TemporaryDirectory() as d:
         paths = [stand_in(d)] if torch else []
         e = {k: v for k, v in os.environ.items() if not k.startswith("GMLAKE_") and k not in ("LOCAL_RANK", "PYTHONPATH")}
-        e.update({"GMLAKE_DRIVER": "host", "GMLAKE_THREADING": "locker", "PYTHONPATH": os.pathsep.join(paths + [PY])})
+        e.update({"GMLAKE_DRIVER": "host", "GMLAKE_THREADING": "locker", "PYTHONPATH": os.pathsep.join(paths + ([PY] if PY else []))})
         e.update(env or {})
-        prelude = f"import site; site.addsitedir({PY!r})\n" if site else ""
+        # installed: the site-packages' .pth line has run already, as in any program
+        prelude = f"import site; site.addsitedir({PY!r})\n" if site and PY else ""
         return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code), *args], env=e, capture_output=True,
                               text=True, timeout=300, cwd=d)
 
@@ -131,7 +138,6 @@ def expect(r, rc=0):
 
 def memory_api():
     """The replacements on fake engine figures (no engine): every mapping checked against the input."""
-    sys.path.insert(0, PY)
     import types
 
     from gmlake_torch import memory_api as m
@@ -335,7 +341,6 @@ def auto_bad_policy():
 
 
 def device():
-    sys.path.insert(0, PY)
     from gmlake_torch.autoenable import device_from_env
 
     cases = [({}, 0), ({"LOCAL_RANK": "3"}, 3), ({"LOCAL_RANK": "3", "CUDA_VISIBLE_DEVICES": "5"}, 0),
