@@ -5,6 +5,7 @@
  * Physical chunks are ranges of one memfd (MemfdArena): one file descriptor however many
  * chunks are live. close() gives everything back, whatever state a failure left.
  */
+import { readFileSync } from "node:fs";
 import { freemem, totalmem } from "node:os";
 
 import { AddressSpace, PhysicalRecord } from "./address-space.js";
@@ -13,7 +14,7 @@ import { EventBook } from "./event-book.js";
 import { MeteredDriver } from "./metered-driver.js";
 import { MemfdArena } from "./memfd-arena.js";
 import { loadNative, type NativeAddon } from "./native.js";
-import { DEINITIALIZED, INVALID_VALUE, checkBytes, checkStream, vmmError } from "./vmm-error.js";
+import { DEINITIALIZED, HOST_ADDRESS_SPACE, INVALID_VALUE, OUT_OF_MEMORY, VmmError, checkBytes, checkStream, vmmError } from "./vmm-error.js";
 
 export interface HostDriverOptions {
   /** Allocation granularity in bytes (default 2 MiB, the H200's); a multiple of the page size. */
@@ -135,7 +136,12 @@ export class HostDriver extends MeteredDriver {
       throw vmmError(INVALID_VALUE, "cuMemAddressReserve", args, "alignment must be a power of two");
     }
     this.live("cuMemAddressReserve");
-    const address = this.native.hostMemAddressReserve(size, Math.max(align, this.space.granularity));
+    let address: number;
+    try {
+      address = this.native.hostMemAddressReserve(size, Math.max(align, this.space.granularity));
+    } catch (e) {
+      throw addressLimitError(e, size + align, args) ?? e;
+    }
     this.space.addReservation(address, size, false);
     return address;
   }
@@ -299,4 +305,29 @@ export class HostDriver extends MeteredDriver {
   get fds(): number {
     return this.arena.fds;
   }
+}
+
+/** A /proc file's text, or "" where there is none (not Linux, a sandbox). */
+function procText(file: string): string {
+  try {
+    return readFileSync(file, "utf8");
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * A reservation refused (ENOMEM, reported as CUDA's OOM) because of the process's own
+ * address-space limit (RLIMIT_AS, `ulimit -v`) is a limit of this machine, not the
+ * modelled device running out: HOST_ERROR_ADDRESS_SPACE (the CLI's exit 4), so that no
+ * replay reports it as an out-of-memory. Null for any other failure.
+ */
+function addressLimitError(e: unknown, span: number, args: () => string): VmmError | null {
+  if (!(e instanceof VmmError) || e.code !== OUT_OF_MEMORY) return null;
+  const limit = /^Max address space\s+(\d+)/m.exec(procText("/proc/self/limits"));
+  if (limit === null) return null; // unlimited (or unknown): the address space itself is full
+  const used = Number(/^VmSize:\s+(\d+) kB/m.exec(procText("/proc/self/status"))?.[1] ?? 0) * 1024;
+  const max = Number(limit[1]);
+  if (used + span <= max) return null;
+  return vmmError(HOST_ADDRESS_SPACE, "cuMemAddressReserve", args, `the process's address-space limit (ulimit -v) of ${max} bytes, ${used} in use`);
 }

@@ -38,8 +38,9 @@ export const DEINITIALIZED = "CUDA_ERROR_DEINITIALIZED";
  * their own codes, never CUDA_ERROR_OUT_OF_MEMORY (which an allocator answers by
  * emptying its cache and retrying, and a replay reports as the device's OOM).
  * EMFILE/ENFILE: the fd limit (ulimit -n). ENOMEM from mapping or protecting a range
- * inside a reservation (not from reserving one, which is CUDA's OOM too): too many
- * mappings (vm.max_map_count) or RLIMIT_AS.
+ * inside a reservation: too many mappings (vm.max_map_count) or RLIMIT_AS; ENOMEM from
+ * reserving one only when it does not fit RLIMIT_AS (`ulimit -v`); otherwise a reservation
+ * larger than the address space is CUDA's OOM too.
  */
 export const HOST_TOO_MANY_OPEN_FILES = "HOST_ERROR_TOO_MANY_OPEN_FILES";
 export const HOST_ADDRESS_SPACE = "HOST_ERROR_ADDRESS_SPACE";

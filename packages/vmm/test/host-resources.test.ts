@@ -114,6 +114,20 @@ describe("host driver resources", () => {
     expect(r.chunks).toBe(5000);
     expect(r.code).toMatch(/^HOST_ERROR_TOO_MANY_OPEN_FILES \| hostMemCreate\(.*memfd_create: Too many open files/);
   });
+
+  it.skipIf(!statSafe(dist))("under `ulimit -v`, a reservation past the limit is the machine's limit (HOST_ERROR_ADDRESS_SPACE), not an OOM; one that fits works", () => {
+    const script = `
+      import { HostDriver } from ${JSON.stringify(dist)};
+      const d = new HostDriver({ capacityBytes: 64 * ${g} });
+      const small = d.memAddressReserve(64 * ${g});
+      let code = "no error";
+      try { d.memAddressReserve(256 * 2 ** 30); } catch (e) { code = e.code + " | " + e.message; }
+      console.log(JSON.stringify({ small: small > 0, code }));`;
+    const out = execFileSync("sh", ["-c", `ulimit -v 8000000 && "${process.execPath}" --input-type=module -e '${script.replace(/'/g, `'"'"'`)}'`], { encoding: "utf8" });
+    const r = JSON.parse(out) as { small: boolean; code: string };
+    expect(r.small).toBe(true);
+    expect(r.code).toMatch(/^HOST_ERROR_ADDRESS_SPACE \| cuMemAddressReserve\(size=274877906944.*address-space limit \(ulimit -v\) of 8192000000 bytes/);
+  });
 });
 
 function readMemAvailable(): number {
