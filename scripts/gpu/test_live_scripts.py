@@ -8,6 +8,7 @@ usage: python3 scripts/gpu/test_live_scripts.py   (from the repository root or a
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -988,6 +989,462 @@ class StepTime(unittest.TestCase):
             p = subprocess.run(["bash", os.path.join(HERE, "step-time.sh")], capture_output=True, text=True, cwd=ROOT, timeout=30,
                                env=dict(env, TOTAL="soon"))
             self.assertEqual((p.returncode, len(p.stderr.strip().splitlines())), (2, 1))
+
+
+# ---- the native CUDAAllocator (packages/torch-alloc/python/gmlake_torch/cuda_allocator.cc) ------
+# Built here on stand-in headers with the declarations of torch 2.11's c10 CUDAAllocator (and a
+# newer variant, STUB_NEWEST: snapshot(id, include_traces), attachOomRejectionObserver, the
+# observer types in c10), driven against a stand-in for libgmlake_torch_alloc.so that checks
+# every free against its alloc's size and stream. What they cannot show: that the real header
+# matches (the GPU host's build does) and PyTorch's own calls into the class.
+STUB_HEADERS = {
+"c10/util/Exception.h": r'''
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+namespace c10 {
+struct Error : std::runtime_error { using std::runtime_error::runtime_error; };
+struct OutOfMemoryError : Error { using Error::Error; };
+inline void Cat(std::ostringstream&) {}
+template <class T, class... R> void Cat(std::ostringstream& o, const T& t, const R&... r) { o << t; Cat(o, r...); }
+template <class... A> std::string Str(const A&... a) { std::ostringstream o; Cat(o, a...); return o.str(); }
+}
+#define TORCH_CHECK_WITH(E, cond, ...) do { if (!(cond)) throw ::c10::E(::c10::Str(__VA_ARGS__)); } while (0)
+#define TORCH_CHECK(cond, ...) TORCH_CHECK_WITH(Error, cond, __VA_ARGS__)
+''',
+"cuda_runtime_api.h": r'''
+#pragma once
+#include <cstddef>
+#include <cstring>
+struct CUstream_st;
+typedef CUstream_st* cudaStream_t;
+enum cudaError_t { cudaSuccess = 0, cudaErrorPeerAccessAlreadyEnabled = 704 };
+enum cudaMemcpyKind { cudaMemcpyDeviceToDevice = 3 };
+inline cudaError_t cudaMemGetInfo(size_t* f, size_t* t) { *f = 1u << 30; *t = 2u << 30; return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { std::memcpy(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t) { std::memcpy(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaDeviceEnablePeerAccess(int, unsigned) { return cudaSuccess; }
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+''',
+"c10/cuda/CUDAFunctions.h": r'''
+#pragma once
+#include <cuda_runtime_api.h>
+#include <c10/util/Exception.h>
+#include <cstdint>
+namespace c10 { using DeviceIndex = int8_t; }
+namespace c10::cuda {
+inline cudaError_t GetDevice(c10::DeviceIndex* d) { *d = 0; return cudaSuccess; }
+}
+#define C10_CUDA_CHECK(e) TORCH_CHECK((e) == cudaSuccess, "cuda error")
+''',
+"c10/cuda/CUDAStream.h": r'''
+#pragma once
+#include <c10/cuda/CUDAFunctions.h>
+namespace c10 {
+struct Stream { void* s = nullptr; };
+}
+namespace c10::cuda {
+struct CUDAStream {
+  cudaStream_t s;
+  explicit CUDAStream(c10::Stream x) : s(static_cast<cudaStream_t>(x.s)) {}
+  explicit CUDAStream(cudaStream_t x) : s(x) {}
+  cudaStream_t stream() const { return s; }
+};
+extern thread_local cudaStream_t t_current;
+inline CUDAStream getCurrentCUDAStream(c10::DeviceIndex) { return CUDAStream(t_current); }
+}
+''',
+"c10/cuda/CUDAGuard.h": r'''
+#pragma once
+#include <c10/cuda/CUDAFunctions.h>
+namespace c10::cuda { struct CUDAGuard { explicit CUDAGuard(c10::DeviceIndex) {} }; }
+''',
+"c10/cuda/CUDACachingAllocator.h": r'''
+#pragma once
+#include <array>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+#include <c10/cuda/CUDAStream.h>
+namespace c10 {
+enum class DeviceType : int8_t { CPU = 0, CUDA = 1 };
+struct Device { DeviceType t; DeviceIndex i; Device(DeviceType a, DeviceIndex b) : t(a), i(b) {} };
+using DeleterFnPtr = void (*)(void*);
+struct DataPtr {
+  void* p = nullptr; void* ctx = nullptr; DeleterFnPtr d = nullptr; Device dev{DeviceType::CPU, 0};
+  DataPtr(void* a, void* b, DeleterFnPtr c, Device e) : p(a), ctx(b), d(c), dev(e) {}
+  DataPtr(DataPtr&& o) noexcept : p(o.p), ctx(o.ctx), d(o.d), dev(o.dev) { o.p = o.ctx = nullptr; }
+  ~DataPtr() { if (ctx && d) d(ctx); }
+  void* get() const { return p; }
+  DeleterFnPtr get_deleter() const { return d; }
+};
+struct Allocator {
+  virtual ~Allocator() = default;
+  virtual DataPtr allocate(size_t n) = 0;
+  virtual DeleterFnPtr raw_deleter() const { return nullptr; }
+  virtual void copy_data(void* dest, const void* src, std::size_t count) const = 0;
+};
+using CaptureId_t = unsigned long long;
+using MempoolId_t = std::pair<CaptureId_t, CaptureId_t>;
+struct GatheredContext { virtual ~GatheredContext() = default; };
+#ifdef STUB_NEWEST
+using OutOfMemoryObserver = std::function<void(int64_t, size_t, size_t, size_t)>;
+enum struct RecordContext { NEVER = 0, STATE = 1, ALLOC = 2, ALL = 3 };
+typedef std::shared_ptr<GatheredContext> (*CreateContextFn)();
+#endif
+namespace CachingAllocator {
+struct Stat { int64_t current = 0, peak = 0, allocated = 0, freed = 0; };
+enum struct StatType : uint64_t { AGGREGATE = 0, SMALL_POOL = 1, LARGE_POOL = 2, NUM_TYPES = 3 };
+typedef std::array<Stat, 3> StatArray;
+}
+namespace CachingDeviceAllocator {
+using namespace c10::CachingAllocator;
+struct DeviceStats {
+  StatArray allocation, segment, active, inactive_split, allocated_bytes, reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes;
+  int64_t num_alloc_retries = 0, num_ooms = 0;
+#ifdef STUB_NEWEST
+  int64_t num_sync_all_streams = 0, num_device_alloc = 0, num_device_free = 0;
+#endif
+  int64_t max_split_size = 0;
+};
+struct TraceEntry {};
+#ifndef STUB_NEWEST
+enum struct RecordContext { NEVER = 0, STATE = 1, ALLOC = 2, ALL = 3 };
+typedef std::shared_ptr<GatheredContext> (*CreateContextFn)();
+#endif
+using AllocatorTraceTracker = std::function<void(const TraceEntry&)>;
+}
+struct DeviceAllocator : public Allocator {
+  virtual bool initialized() = 0;
+  virtual void emptyCache(MempoolId_t mempool_id = {0, 0}) = 0;
+  virtual void recordStream(const DataPtr& ptr, c10::Stream stream) = 0;
+  virtual CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) = 0;
+  virtual void resetAccumulatedStats(c10::DeviceIndex device) = 0;
+  virtual void resetPeakStats(c10::DeviceIndex device) = 0;
+  virtual std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) = 0;
+};
+}
+namespace c10::cuda::CUDACachingAllocator {
+using c10::CachingDeviceAllocator::DeviceStats;
+using c10::CachingDeviceAllocator::AllocatorTraceTracker;
+#ifndef STUB_NEWEST
+using c10::CachingDeviceAllocator::RecordContext;
+using c10::CachingDeviceAllocator::CreateContextFn;
+using OutOfMemoryObserver = std::function<void(int64_t, size_t, size_t, size_t)>;
+#else
+using OomRejectionObserver = std::function<void(int64_t, size_t, size_t, size_t)>;
+#endif
+struct AllocatorState { virtual ~AllocatorState() = default; };
+struct SnapshotInfo {};
+struct CheckpointDelta {};
+struct ShareableHandle { ptrdiff_t offset; std::string handle; };
+struct StreamSegmentSize { cudaStream_t stream; bool is_small_pool; size_t total_size; };
+class CUDAAllocator : public DeviceAllocator {
+ public:
+  virtual void* raw_alloc(size_t nbytes) = 0;
+  virtual void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) = 0;
+  virtual void raw_delete(void* ptr) = 0;
+  virtual void init(int device_count) = 0;
+  virtual double getMemoryFraction(c10::DeviceIndex device) = 0;
+  virtual void setMemoryFraction(double fraction, c10::DeviceIndex device) = 0;
+  virtual std::vector<StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex device) = 0;
+  virtual void enable(bool value) = 0;
+  virtual bool isEnabled() const = 0;
+  virtual void cacheInfo(c10::DeviceIndex device, size_t* largestBlock) = 0;
+  virtual void* getBaseAllocation(void* ptr, size_t* size) = 0;
+  virtual void recordStream(const DataPtr& ptr, CUDAStream stream) = 0;
+  void recordStream(const DataPtr& ptr, c10::Stream stream) override { recordStream(ptr, CUDAStream(stream)); }
+#ifdef STUB_NEWEST
+  virtual SnapshotInfo snapshot(MempoolId_t mempool_id = {0, 0}, bool include_traces = true) = 0;
+#else
+  virtual SnapshotInfo snapshot(MempoolId_t mempool_id = {0, 0}) = 0;
+#endif
+  virtual void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id, std::function<bool(cudaStream_t)> filter) = 0;
+  virtual void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id) = 0;
+  virtual void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id) = 0;
+  virtual ShareableHandle shareIpcHandle(void* ptr) = 0;
+  virtual std::shared_ptr<void> getIpcDevPtr(std::string handle) = 0;
+  virtual bool isHistoryEnabled() { return false; }
+  virtual void recordHistory(bool enabled, CreateContextFn context_recorder, size_t alloc_trace_max_entries, RecordContext when,
+                             bool clearHistory, const std::vector<std::string>& skip_actions) = 0;
+  virtual void attachOutOfMemoryObserver(OutOfMemoryObserver observer) = 0;
+#ifdef STUB_NEWEST
+  virtual void attachOomRejectionObserver(OomRejectionObserver observer) = 0;
+#endif
+  virtual void attachAllocatorTraceTracker(AllocatorTraceTracker tracker) = 0;
+  virtual void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) = 0;
+  virtual cudaError_t memcpyAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count, cudaStream_t stream,
+                                  bool p2p_enabled) = 0;
+  virtual std::shared_ptr<AllocatorState> getCheckpointState(c10::DeviceIndex device, MempoolId_t id) = 0;
+  virtual CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device, std::shared_ptr<AllocatorState> pps) = 0;
+  virtual std::string name() = 0;
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex) override { return {0, 0}; }
+};
+extern std::atomic<CUDAAllocator*> allocator;
+inline CUDAAllocator* get() { return allocator.load(); }
+}
+''',
+}
+
+FAKE_ENGINE = r'''// A stand-in for libgmlake_torch_alloc.so's entry points: addresses from a bump pointer, every
+// free checked against its alloc's size and stream.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+struct CUstream_st;
+namespace {
+std::mutex mu;
+std::map<unsigned long, std::pair<size_t, void*>> live;
+unsigned long next_addr = 1ul << 40;
+size_t live_bytes = 0, peak_bytes = 0;
+long bad_frees = 0, empties = 0, records = 0, windows = 0;
+double fraction = 1.0;
+thread_local std::string err;
+}
+#define X extern "C" __attribute__((visibility("default")))
+X int gmlake_try_alloc(size_t size, int device, void* stream, void** out) {
+  if (size > (1ul << 38)) { err = "CUDA out of memory. Tried to allocate (fake)"; return -1; }
+  if (device != 0) { err = "gmlake: wrong device"; return -2; }
+  std::lock_guard<std::mutex> l(mu);
+  *out = reinterpret_cast<void*>(next_addr);
+  live[next_addr] = {size, stream};
+  next_addr += (size + 511) / 512 * 512;
+  live_bytes += size;
+  if (live_bytes > peak_bytes) peak_bytes = live_bytes;
+  return 0;
+}
+X void gmlake_free(void* p, size_t size, int device, void* stream) {
+  std::lock_guard<std::mutex> l(mu);
+  auto it = live.find(reinterpret_cast<unsigned long>(p));
+  if (it == live.end() || it->second.first != size || it->second.second != stream || device != 0) { bad_frees++; return; }
+  live_bytes -= size;
+  live.erase(it);
+}
+X void gmlake_empty_cache() { empties++; }
+X void gmlake_record_stream(void*, void*) { records++; }
+X char* gmlake_text(int op, const char*) {
+  char buf[512];
+  std::lock_guard<std::mutex> l(mu);
+  std::snprintf(buf, sizeof buf, "{\"allocated_bytes.all.current\":%zu,\"allocated_bytes.all.peak\":%zu,\"reserved_bytes.all.current\":%zu,"
+                "\"reserved_bytes.all.peak\":%zu,\"segment.all.current\":3,\"num_alloc_retries\":2,\"num_ooms\":1,\"num_device_alloc\":7}",
+                live_bytes, peak_bytes, live_bytes + 4096, peak_bytes + 4096);
+  return strdup(op == 1 ? buf : "");
+}
+X void gmlake_text_free(char* s) { std::free(s); }
+X const char* gmlake_last_error() { return err.c_str(); }
+X void gmlake_begin_allocate_to_pool(int, std::pair<unsigned long long, unsigned long long>, std::function<bool(CUstream_st*)>) { windows++; }
+X void gmlake_end_allocate_to_pool(int, std::pair<unsigned long long, unsigned long long>) { windows--; }
+X void gmlake_set_memory_fraction(double f, int) { if (f <= 0) throw std::runtime_error("gmlake: bad fraction"); fraction = f; }
+long capture_mode = 0;
+X int gmlake_set_capture_check(int m) { long p = capture_mode; capture_mode = m; return (int)p; }
+X long fake_counts(int k) { return k == 0 ? bad_frees : k == 1 ? (long)live.size() : k == 2 ? empties : k == 3 ? records : k == 4 ? windows : capture_mode; }
+'''
+
+NATIVE_DRIVER = r'''// Drives the native CUDAAllocator (cuda_allocator.cc, built on stub torch headers) against the
+// stand-in engine: two threads of random alloc/free on their own streams, the DataPtr path,
+// record_stream, statistics, out of memory and a bad free.
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <dlfcn.h>
+#include <cstdio>
+#include <random>
+#include <thread>
+#include <vector>
+namespace c10::cuda::CUDACachingAllocator { std::atomic<CUDAAllocator*> allocator{nullptr}; }
+namespace c10::cuda { thread_local cudaStream_t t_current = nullptr; }
+extern "C" int gmlake_native_install(const char*, int, char*, size_t);
+namespace A = c10::cuda::CUDACachingAllocator;
+#define CHECK(c, ...) do { if (!(c)) { std::printf("FAIL %s: ", #c); std::printf(__VA_ARGS__); std::printf("\n"); return 1; } } while (0)
+int main(int argc, char** argv) {
+  void* fake = dlopen(argv[1], RTLD_NOW);
+  CHECK(fake, "%s", dlerror());
+  auto counts = reinterpret_cast<long (*)(int)>(dlsym(fake, "fake_counts"));
+  char err[512] = {0};
+  CHECK(gmlake_native_install("/nonexistent.so", 0, err, sizeof err) == -1, "no library");
+  CHECK(std::string(err).find("not loaded") != std::string::npos, "%s", err);
+  CHECK(gmlake_native_install(argv[1], 0, err, sizeof err) == 0, "%s", err);
+  CHECK(gmlake_native_install(argv[1], 0, err, sizeof err) == 0, "twice");
+  A::CUDAAllocator* a = A::get();
+  CHECK(a && a->name() == "gmlake" && !a->initialized(), "installed");
+  a->init(1);
+  CHECK(a->initialized(), "init");
+  const int ops = std::atoi(argv[2]);
+  auto worker = [&](int seed) {
+    std::mt19937_64 rng(seed);
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(0x1000 * (seed + 1));
+    std::vector<void*> window(64, nullptr);
+    for (int i = 0; i < ops; i++) {
+      void*& w = window[rng() % window.size()];
+      if (w) a->raw_delete(w);
+      w = rng() % 7 == 0 ? nullptr : a->raw_alloc_with_stream(size_t(1) << (rng() % 26), s);
+    }
+    for (void* w : window) a->raw_delete(w);
+  };
+  std::thread t1(worker, 1), t2(worker, 2);
+  t1.join();
+  t2.join();
+  CHECK(counts(0) == 0, "%ld frees with another size or stream than their alloc's", counts(0));
+  CHECK(counts(1) == 0, "%ld blocks left", counts(1));
+  {
+    c10::cuda::t_current = reinterpret_cast<cudaStream_t>(0x7000);
+    c10::DataPtr d = a->allocate(1000);
+    CHECK(d.get() && d.get_deleter() == a->raw_deleter(), "DataPtr");
+    a->recordStream(d, c10::cuda::CUDAStream(reinterpret_cast<cudaStream_t>(0x8000)));
+    CHECK(counts(3) == 1, "record_stream forwarded");
+    c10::DataPtr other(reinterpret_cast<void*>(16), nullptr, nullptr, c10::Device(c10::DeviceType::CUDA, 0));
+    a->recordStream(other, c10::cuda::CUDAStream(reinterpret_cast<cudaStream_t>(0x8000)));
+    CHECK(counts(3) == 1, "not ours: not forwarded");
+    auto st = a->getDeviceStats(0);
+    CHECK(st.allocated_bytes[0].current == 1000 && st.reserved_bytes[0].current == 5096 && st.segment[0].current == 3, "engine stats");
+    CHECK(st.allocation[0].current == 1 && st.requested_bytes[0].current == 1000 && st.num_alloc_retries == 2, "counted stats");
+    CHECK(a->allocate(0).get() == nullptr, "size 0");
+  }
+  CHECK(counts(1) == 0 && counts(0) == 0, "the DataPtr's deleter freed it with its size and stream");
+  auto st = a->getDeviceStats(0);
+  CHECK(st.allocation[0].current == 0 && st.allocation[0].peak >= 1 && st.requested_bytes[0].freed > 0, "after");
+  a->resetPeakStats(0);
+  a->resetAccumulatedStats(0);
+  st = a->getDeviceStats(0);
+  CHECK(st.allocation[0].peak == 0 && st.requested_bytes[0].allocated == 0, "reset");
+  int observed = 0;
+  a->attachOutOfMemoryObserver([&](int64_t, size_t, size_t total, size_t) { observed += total > 0; });
+  bool oom = false;
+  try { a->raw_alloc(size_t(1) << 40); } catch (const c10::OutOfMemoryError& e) { oom = std::string(e.what()).find("out of memory") != std::string::npos; }
+  CHECK(oom && observed == 1, "out of memory raises OutOfMemoryError with the engine's message, observers told");
+  bool bad = false;
+  try { a->raw_delete(reinterpret_cast<void*>(0x1234)); } catch (const c10::Error& e) { bad = std::string(e.what()).find("did not hand out") != std::string::npos; }
+  CHECK(bad, "a free of an unknown address");
+  a->emptyCache({0, 0});
+  CHECK(counts(2) == 1, "empty_cache");
+  a->beginAllocateToPool(0, {1, 0}, nullptr);
+  CHECK(counts(4) == 1, "pool window");
+  a->endAllocateToPool(0, {1, 0});
+  a->setMemoryFraction(0.5, 0);
+  CHECK(a->getMemoryFraction(0) == 0.5, "fraction");
+  size_t largest = 0;
+  a->cacheInfo(0, &largest);
+  CHECK(largest > 0, "cacheInfo");
+  bool refused = false;
+  try { a->snapshot({0, 0}); } catch (const c10::Error& e) { refused = true; }
+  CHECK(refused, "snapshot refused");
+  std::printf("OK %d\n", 2 * ops);
+  return 0;
+}
+'''
+
+# A stand-in torch for gmlake_torch.cuda_allocator.build(): its headers (the stubs), libc10 and a
+# libc10_cuda that holds the current-allocator pointer and a pair loop through it.
+FAKE_TORCH_FOR_BUILD = {
+    "torch/__init__.py": "__version__ = '2.11.0+stub'\nclass _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n",
+    "torch/utils/__init__.py": "",
+    "torch/utils/cpp_extension.py": "import os\ndef include_paths():\n    return [os.environ['STUB_INC']]\n",
+}
+FAKE_C10_CUDA = r'''
+#include <c10/cuda/CUDACachingAllocator.h>
+namespace c10::cuda::CUDACachingAllocator { std::atomic<CUDAAllocator*> allocator{nullptr}; }
+namespace c10::cuda { thread_local cudaStream_t t_current = nullptr; }
+extern "C" int stub_pairs(int n) {
+  auto* a = c10::cuda::CUDACachingAllocator::get();
+  if (a == nullptr || a->name() != "gmlake") return -1;
+  if (!a->initialized()) a->init(1);
+  for (int i = 0; i < n; i++) a->raw_delete(a->raw_alloc(size_t(512) << (i % 12)));
+  return 0;
+}
+'''
+
+
+class NativeAllocator(unittest.TestCase):
+    SRC = os.path.join(ROOT, "packages", "torch-alloc", "python", "gmlake_torch", "cuda_allocator.cc")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        d = cls.inc = os.path.join(cls.dir.name, "inc")
+        for p, t in STUB_HEADERS.items():
+            os.makedirs(os.path.dirname(os.path.join(d, p)) or d, exist_ok=True)
+            with open(os.path.join(d, p), "w") as f:
+                f.write(t)
+        cls.lib = os.path.join(cls.dir.name, "lib")
+        os.makedirs(cls.lib)
+        cls.engine = os.path.join(cls.lib, "libgmlake_torch_alloc.so")  # the stand-in, where library_path() looks
+        for name, text in (("fake_engine.cc", FAKE_ENGINE), ("driver.cc", NATIVE_DRIVER), ("c10_cuda.cc", FAKE_C10_CUDA)):
+            with open(os.path.join(cls.dir.name, name), "w") as f:
+                f.write(text)
+        subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-o", cls.engine, os.path.join(cls.dir.name, "fake_engine.cc")], check=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def test_the_class_on_both_header_variants(self):
+        for variant in ([], ["-DSTUB_NEWEST"]):
+            exe = os.path.join(self.dir.name, "driver" + "".join(variant))
+            b = subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Werror", "-I" + self.inc, *variant, "-o", exe,
+                                os.path.join(self.dir.name, "driver.cc"), self.SRC, "-ldl", "-lpthread"], capture_output=True, text=True)
+            self.assertEqual(b.returncode, 0, b.stderr[-3000:])
+            p = subprocess.run([exe, self.engine, "100000"], capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertEqual(p.stdout.strip(), "OK 200000")
+
+    def fake_torch(self, broken=False):
+        root = os.path.join(self.dir.name, "broken" if broken else "torch-ok")
+        for p, t in FAKE_TORCH_FOR_BUILD.items():
+            os.makedirs(os.path.dirname(os.path.join(root, p)), exist_ok=True)
+            with open(os.path.join(root, p), "w") as f:
+                f.write(t)
+        tlib = os.path.join(root, "torch", "lib")
+        os.makedirs(tlib, exist_ok=True)
+        subprocess.run(["g++", "-std=c++17", "-shared", "-fPIC", "-I" + self.inc, "-o", os.path.join(tlib, "libc10_cuda.so"),
+                        os.path.join(self.dir.name, "c10_cuda.cc")], check=True)
+        subprocess.run(["g++", "-shared", "-fPIC", "-o", os.path.join(tlib, "libc10.so"), "-x", "c++", "/dev/null"], check=True)
+        inc = self.inc
+        if broken:
+            inc = os.path.join(root, "inc")
+            shutil.copytree(self.inc, inc, dirs_exist_ok=True)
+            with open(os.path.join(inc, "c10/cuda/CUDACachingAllocator.h"), "a") as f:
+                f.write("\nstruct Broken { int x = undeclared_name; };\n")
+        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.path.join(ROOT, "packages", "torch-alloc", "python"),
+                   STUB_INC=inc, CUDA_HOME=os.path.join(self.dir.name, "no-cuda"), GMLAKE_TORCH_ALLOC_LIB=self.engine)
+        return env, tlib
+
+    def test_build_and_install_through_python(self):
+        env, tlib = self.fake_torch()
+        script = f"""
+import ctypes, json, os
+import gmlake_torch, gmlake_torch.cuda_allocator as ca
+path = ca.build()
+class Native: pass
+n = Native(); n.path = gmlake_torch.library_path(); n.lib = ctypes.CDLL(n.path)
+ca.install(n, 0)
+c10 = ctypes.CDLL({os.path.join(tlib, "libc10_cuda.so")!r})
+print(json.dumps({{"built": os.path.basename(path), "pairs": c10.stub_pairs(5000), "bad_frees": n.lib.fake_counts(0),
+                  "left": n.lib.fake_counts(1), "capture_check": n.lib.fake_counts(5), "interface": ca.resolve_interface()}}))
+"""
+        p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertEqual(json.loads(p.stdout), {"built": "libgmlake_cuda_allocator-2.11.0_stub-abi1.so", "pairs": 0, "bad_frees": 0,
+                                                "left": 0, "capture_check": 1, "interface": "pluggable"})
+        bad = subprocess.run([sys.executable, "-c", "import gmlake_torch.cuda_allocator as ca; ca.resolve_interface('plug')"],
+                             capture_output=True, text=True, env=env)
+        self.assertIn("interface must be one of pluggable, native", bad.stderr)
+
+    def test_a_failed_build_is_one_line(self):
+        env, _ = self.fake_torch(broken=True)
+        p = subprocess.run([sys.executable, "-m", "gmlake_torch", "build-cuda-allocator"], capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn("building the native CUDAAllocator failed", p.stderr)
+        self.assertIn("undeclared_name", p.stderr)
+        self.assertFalse([f for f in os.listdir(self.lib) if f.startswith("libgmlake_cuda_allocator")])  # nothing half-built left
 
 
 if __name__ == "__main__":
