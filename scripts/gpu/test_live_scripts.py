@@ -1447,5 +1447,56 @@ print(json.dumps({{"built": os.path.basename(path), "pairs": c10.stub_pairs(5000
         self.assertFalse([f for f in os.listdir(self.lib) if f.startswith("libgmlake_cuda_allocator")])  # nothing half-built left
 
 
+# native-alloc-check.sh's PYTHON: the builds succeed (or FAKE_BUILD_FAIL), the checks pass, a
+# micro row's C++ median is set by its variant; the tagging and the table are python3's.
+FAKE_CHECK_PYTHON = r'''#!/usr/bin/env bash
+if [ "$1" = -m ] && [ "$2" = gmlake_torch ]; then
+  if [ -n "${FAKE_BUILD_FAIL:-}" ] && [ "$3" = build-cuda-allocator ]; then echo "gmlake: building the native CUDAAllocator failed: x: error: nope" >&2; exit 2; fi
+  echo "built $3"; exit 0
+fi
+if [ "$1" = - ] && [ $# -eq 1 ]; then cat >/dev/null; echo 'RESULT {"check": "native-api", "ok": true}'; exit 0; fi
+if [ "$1" = scripts/gpu/live_checks.py ] && [ "$2" = micro ]; then
+  case "$4:${GMLAKE_INTERFACE:-}" in
+    pytorch:*) us=1.00 ;; pytorch-expandable:*) us=0.60 ;; vms:native) us=1.20 ;; vms:pluggable) us=2.40 ;; caching:native) us=1.50 ;; *) us=9 ;;
+  esac
+  printf 'RESULT {"check": "micro", "policy": "%s", "ok": true, "median_us": 4.0, "native": {"median_us": %s, "mean_us": %s}}\n' "$4" "$us" "$us"
+  exit 0
+fi
+if [ "$1" = scripts/gpu/live_checks.py ]; then echo "RESULT {\"check\": \"$2\", \"ok\": true, \"interface\": \"${GMLAKE_INTERFACE:-}\"}"; exit 0; fi
+exec python3 "$@"
+'''
+
+
+class NativeAllocCheck(unittest.TestCase):
+    @unittest.skipUnless(os.path.exists(os.path.join(ROOT, "packages/torch-alloc/build/lib/libgmlake_torch_alloc.so")), "build first")
+    def test_the_table_and_the_issue_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            py = os.path.join(d, "python")
+            with open(py, "w") as f:
+                f.write(FAKE_CHECK_PYTHON)
+            os.chmod(py, 0o755)
+            env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), ROUNDS="2", PAIRS="10")
+            p = subprocess.run(["bash", os.path.join(HERE, "native-alloc-check.sh")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+            with open(os.path.join(d, "out", "native-alloc-check.md")) as f:
+                md = f.read()
+            with open(os.path.join(d, "out", "native-alloc-check.jsonl")) as f:
+                rows = [json.loads(l) for l in f]
+            self.assertIn("| vms-native | 2 | 4.00/4.00 | 1.20/1.20 | 1.20/1.20 |", md)
+            self.assertIn("- vms-native: 1.20 us, within", md)
+            self.assertIn("- caching-native: 1.50 us, NOT within", md)
+            # the checks ran with the native interface, the micro rounds in turns
+            self.assertEqual({r["interface"] for r in rows if r["tag"] in ("native-smoke", "native-oom", "native-capture", "native-integrity")}, {"native"})
+            micro = [r["tag"] for r in rows if r["tag"].startswith("micro-")]
+            self.assertEqual(micro[:6], ["micro-pytorch-r1", "micro-pytorch-expandable-r1", "micro-vms-pluggable-r1", "micro-vms-native-r1",
+                                         "micro-caching-pluggable-r1", "micro-caching-native-r1"])
+            self.assertEqual(len(micro), 12)
+            p = subprocess.run(["bash", os.path.join(HERE, "native-alloc-check.sh")], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                               env=dict(env, FAKE_BUILD_FAIL="1"))
+            self.assertEqual(p.returncode, 2)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertIn("error: nope", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
