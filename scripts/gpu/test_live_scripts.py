@@ -713,18 +713,20 @@ class LargestBatch(unittest.TestCase):
         alone = sum(1 for c in doc["candidates"] if c["allocator"] == "pytorch-expandable" and c["budget_gib"] == 24)
         self.assertLess(doc["ran"], 2 * 2 * 3 * alone)
 
-    def test_candidates_at_once_find_the_same_and_time_the_answer_alone(self):
-        args = ("--workloads", "gpt2_ft", "--budgets", "24,40")
+    def test_workloads_side_by_side_find_the_same_and_time_each_answer_alone(self):
+        args = ("--workloads", "gpt2_ft,qwen_lora_bigvocab:seq", "--budgets", "24,40")
         _, one = self.lb(*args)
-        p, three = self.lb(*args, "--jobs", "3")
+        p, three = self.lb(*args, "--jobs", "3", FAKE_STEP_S="0.05")
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
         self.assertEqual(three["jobs"], 3)
-        self.assertEqual([(r["budget_gib"], r["allocator"], r["largest"]) for r in three["rows"]],
-                         [(r["budget_gib"], r["allocator"], r["largest"]) for r in one["rows"]])
-        self.assertTrue(any(c["concurrent"] == 3 for c in three["candidates"]))
+        self.assertFalse(any(c["shared"] for c in one["candidates"]))
+        self.assertTrue(any(c["shared"] for c in three["candidates"]))
+        key = lambda r: (r["workload"], r["budget_gib"], r["allocator"])  # noqa: E731
+        self.assertEqual([(key(r), r["largest"]) for r in three["rows"]], [(key(r), r["largest"]) for r in one["rows"]])
         for r in three["rows"]:  # each answer's times come from a run that had the GPU to itself
-            alone = [c for c in three["candidates"] if (c["allocator"], c["budget_gib"], c["value"], c["concurrent"]) == (r["allocator"], r["budget_gib"], r["largest"], 1)]
+            alone = [c for c in three["candidates"] if (c["workload"], c["budget_gib"], c["allocator"], c["value"]) == key(r) + (r["largest"],) and not c["shared"]]
             self.assertEqual(len(alone), 1, r)
+            self.assertEqual(alone[0]["status"], "ok")
         # no more at once than the device holds beside the largest budget: (140 - 4) // (64 + 3) = 2
         _, capped = self.lb("--workloads", "gpt2_ft", "--budgets", "64", "--allocators", "pytorch", "--jobs", "8")
         self.assertEqual(capped["jobs"], 2)
@@ -820,6 +822,15 @@ exec python3 "$@"
 '''
 
 
+def fake_python(d, text):
+    """An executable stand-in for python in folder d: its path."""
+    py = os.path.join(d, "python")
+    with open(py, "w") as f:
+        f.write(text)
+    os.chmod(py, 0o755)
+    return py
+
+
 def expected_run_mean(alloc, rep, steps, native=False):
     base = {"pytorch": 0.200, "pytorch-expandable": 0.202}.get(alloc, 0.2015 if native else 0.210)
     noise = [0.0, 0.004, -0.002, 0.003, -0.001, 0.002][rep % 6]
@@ -850,10 +861,7 @@ class StepTime(unittest.TestCase):
 
     def run_step_time(self, *argv, env=None):
         with tempfile.TemporaryDirectory() as d:
-            py = os.path.join(d, "python")
-            with open(py, "w") as f:
-                f.write(FAKE_STEP_PYTHON)
-            os.chmod(py, 0o755)
+            py = fake_python(d, FAKE_STEP_PYTHON)
             e = dict(os.environ, FAKE_LOG=os.path.join(d, "log"), **(env or {}))
             p = subprocess.run([sys.executable, os.path.join(HERE, "step_time.py"), *argv, "--python", py, "--out", d],
                                capture_output=True, text=True, env=e, timeout=120)
@@ -966,10 +974,7 @@ class StepTime(unittest.TestCase):
 
     def test_step_time_sh_one_command(self):
         with tempfile.TemporaryDirectory() as d:
-            py = os.path.join(d, "python")
-            with open(py, "w") as f:
-                f.write(FAKE_STEP_PYTHON)
-            os.chmod(py, 0o755)
+            py = fake_python(d, FAKE_STEP_PYTHON)
             env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), FAKE_LOG=os.path.join(d, "log"), WORKLOADS="gpt2_ft",
                        ALLOCATORS="pytorch,pytorch-expandable", ROUNDS="2", STEPS="5")
             p = subprocess.run(["bash", os.path.join(HERE, "step-time.sh")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
@@ -1471,10 +1476,7 @@ class NativeAllocCheck(unittest.TestCase):
     @unittest.skipUnless(os.path.exists(os.path.join(ROOT, "packages/torch-alloc/build/lib/libgmlake_torch_alloc.so")), "build first")
     def test_the_table_and_the_issue_line(self):
         with tempfile.TemporaryDirectory() as d:
-            py = os.path.join(d, "python")
-            with open(py, "w") as f:
-                f.write(FAKE_CHECK_PYTHON)
-            os.chmod(py, 0o755)
+            py = fake_python(d, FAKE_CHECK_PYTHON)
             env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), ROUNDS="2", PAIRS="10")
             p = subprocess.run(["bash", os.path.join(HERE, "native-alloc-check.sh")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
             self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
