@@ -1,5 +1,5 @@
 import type { Chunk, ChunkPool } from "@gmlake/chunk-pool";
-import { DRIVER_CALLS, type EventHandle, type VmmDriver } from "@gmlake/vmm";
+import { capacityOf, DRIVER_CALLS, type EventHandle, type VmmDriver } from "@gmlake/vmm";
 import { EventKind, type AllocatorSettings, type EventLog } from "@gmlake/trace";
 import { isDriverOom, StitchError } from "./errors.js";
 import type { DeviceFacts, MapAccess, PhysicalChunk, PolicyContext } from "./policy-context.js";
@@ -372,6 +372,9 @@ class PolicyView implements PolicyContext {
   }
   get plainSegmentBytes(): number {
     return this.#c.plainBytes;
+  }
+  get capacityBytes(): number {
+    return capacityOf(this.#c.driver);
   }
   get integrity(): boolean {
     return this.#c.integrity;

@@ -42,6 +42,12 @@ export interface PolicyContext {
   readonly settings: Readonly<AllocatorSettings>;
   /** Reserved bytes now: live physical chunks + plain segments (read-only). */
   readonly reservedBytes: number;
+  /**
+   * The most physical bytes this allocator may hold: a memory budget (withCapacity; live,
+   * the process's memory fraction) or the device's memory. No driver call; other
+   * processes' use is not in it (freeDeviceBytes() is the call that sees it).
+   */
+  readonly capacityBytes: number;
   /** Bytes of live plain (cudaMalloc) segments (read-only). */
   readonly plainSegmentBytes: number;
   /**

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { createDriver, SimDriver, withCapacity, type VmmDriver } from "@gmlake/vmm";
 import { readSnapshot } from "@gmlake/torch-trace";
-import { Allocator, poolStreamKey, replay, VmsAllocator, type Block } from "../src/index.js";
+import { Allocator, BUILTIN_POLICIES, poolStreamKey, replay, smallestCapacity, VmsAllocator, type Block } from "../src/index.js";
 import { MiB, rng, tracePath } from "./helpers.js";
 
 const host = (capacityBytes = 2048 * MiB): VmmDriver => createDriver("host", { capacityBytes });
@@ -228,6 +228,66 @@ describe("vms policy", () => {
     }
   });
 
+  it("under pressure releases a free handle that fits no gap and creates one sized to the gap, where moving it could not serve the request", () => {
+    // No handle caps from the capacity: the shapes below are exact.
+    const run = () => {
+      const d = withCapacity(new SimDriver(), 1024 * MiB);
+      const a = new Allocator("vms", d, { options: { capacityHandleDivisor: 0, headroomHandleDivisor: 0 }, checkInvariants: 1, recorder: null });
+      const p = a.malloc(40 * MiB); // [0, 40): one 40 MiB handle
+      const base = p.addr;
+      const m = a.malloc(10 * MiB); // [40, 50)
+      a.malloc(4 * MiB); // [50, 54)
+      const x = a.malloc(36 * MiB); // [54, 90): the handle that will fit no gap
+      a.malloc(4 * MiB); // [90, 94) keeps x's block bounded
+      a.free(p);
+      a.emptyCache(); // [0, 40) unmapped: a hole bounded by m
+      a.free(m);
+      a.free(x);
+      expect(a.stats.reservedBytes).toBe(54 * MiB);
+      // The budget drops to 2 MiB above what is held (a lowered memory fraction).
+      d.setCapacity(56 * MiB);
+      // 44 MiB fits no free block; the window needing fewest new bytes is [6, 50): 34 new
+      // bytes in a hole whose room ends at 40, too small for the 36 MiB handle.
+      const b = a.tryMalloc(44 * MiB);
+      return { a, d, b, base };
+    };
+    const { a, b, d, base } = run();
+    const c = (a.instance as VmsAllocator).counters();
+    expect(b).not.toBeNull();
+    expect(c.released).toBe(1);
+    expect(c.releasedBytes).toBe(36 * MiB);
+    expect(c.moved).toBe(0);
+    // served in the window with fewest new bytes, not at the open end by moving every free
+    // handle there (what the out-of-memory retry does: 54 MiB held)
+    expect(b!.addr - base).toBe(6 * MiB);
+    expect(a.stats.reservedBytes).toBe(52 * MiB); // 54 - 36 + 34
+    expect(a.stats.numOoms).toBe(0);
+    a.check();
+    a.close();
+    expect(d.liveBytes).toBe(0);
+  });
+
+  it("keeps handles a small share of a tight capacity, so freed memory next to live blocks can serve a large request", () => {
+    // 6 MiB blocks, every other one freed, then a request of more than what is free in
+    // whole handles plus the headroom unless the freed blocks' handles can move.
+    const serve = (capacityHandleDivisor: number) => {
+      const d = new SimDriver({ capacityBytes: 256 * MiB });
+      // the open end makes 48 MiB handles (8 blocks each) unless the capacity caps them
+      const a = new Allocator("vms", d, { options: { capacityHandleDivisor, headroomHandleDivisor: 0, minTailHandleBytes: 48 * MiB }, checkInvariants: 1, recorder: null });
+      const blocks: Block[] = [];
+      for (let i = 0; i < 40; i++) blocks.push(a.malloc(6 * MiB));
+      for (let i = 0; i < 40; i += 2) a.free(blocks[i]!);
+      const big = a.tryMalloc(130 * MiB);
+      const out = { served: big !== null, reserved: a.stats.reservedBytes, moved: (a.instance as VmsAllocator).counters().moved };
+      a.close();
+      return out;
+    };
+    // capacity / 2048 is under the granularity: 2 MiB handles, the 60 freed ones move, 10 MiB are new
+    expect(serve(2048)).toEqual({ served: true, reserved: 250 * MiB, moved: 60 });
+    // no cap: every 48 MiB handle holds live blocks, nothing can move, and 16 MiB of headroom is short
+    expect(serve(0).served).toBe(false);
+  });
+
   it("rejects bad options with a coded error", () => {
     expect(() => new Allocator("vms", new SimDriver(), { options: { maxHandleBytes: 3 * MiB } })).toThrow(
       expect.objectContaining({ code: "BAD_OPTION" }),
@@ -253,6 +313,20 @@ describe("vms on recorded traces", () => {
     const exp = replay(snap.events, { policy: "expandable", driver: new SimDriver(), settings: snap.allocatorSettings });
     expect(r.utilization).toBeGreaterThanOrEqual(exp.utilization);
   });
+
+  const fits = [tracePath("small/train_default.pickle"), tracePath("llama1b_lora.pickle.gz")].filter((p): p is string => p !== null);
+  it.skipIf(fits.length === 0)("needs the smallest capacity of every built-in policy, within 1% of the peak requested bytes and below its own peak without one", async () => {
+    for (const path of fits) {
+      const snap = await readSnapshot(path);
+      const smallest = (policy: string) => smallestCapacity(snap.events, { policy, driver: new SimDriver(), settings: snap.allocatorSettings }).smallestCapacityBytes!;
+      const vms = smallest("vms");
+      for (const p of BUILTIN_POLICIES) if (p.name !== "vms") expect(vms, `${path}: vms vs ${p.name}`).toBeLessThanOrEqual(smallest(p.name));
+      const free = replay(snap.events, { policy: "vms", driver: new SimDriver(), settings: snap.allocatorSettings, recorder: null });
+      expect(vms).toBeLessThanOrEqual(1.01 * free.peakRequestedBytes);
+      // below its own peak without a capacity: the handles it makes for a tight capacity trap less
+      expect(vms).toBeLessThan(free.peakReservedBytes);
+    }
+  }, 120_000);
 
   const lora = tracePath("llama1b_lora.pickle.gz");
   it.skipIf(!lora)("beats expandable on llama1b_lora with no driver call in the second half (periodic full invariant checks)", async () => {

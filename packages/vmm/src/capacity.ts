@@ -10,6 +10,11 @@ import { DriverAdaptor } from "./driver-adaptor.js";
 import type { MemInfo, PhysicalHandle, VmmDriver } from "./driver.js";
 import { INVALID_VALUE, OUT_OF_MEMORY, vmmError } from "./vmm-error.js";
 
+function checkCapacity(call: string, bytes: number): number {
+  if (!Number.isSafeInteger(bytes) || bytes < 0) throw vmmError(INVALID_VALUE, call, `bytes=${bytes}`, "capacity must be a non-negative integer");
+  return bytes;
+}
+
 export class CapacityDriver extends DriverAdaptor {
   /** Physical bytes live through this adaptor. */
   liveBytes = 0;
@@ -18,14 +23,17 @@ export class CapacityDriver extends DriverAdaptor {
   rejected = 0;
   private readonly allocs = new Map<number, number>();
 
-  constructor(
-    inner: VmmDriver,
-    readonly capacityBytes: number,
-  ) {
+  /** The limit (setCapacity changes it; bytes held past a lowered limit stay held). */
+  capacityBytes: number;
+
+  constructor(inner: VmmDriver, capacityBytes: number) {
     super(inner);
-    if (!Number.isSafeInteger(capacityBytes) || capacityBytes < 0) {
-      throw vmmError(INVALID_VALUE, "withCapacity", `bytes=${capacityBytes}`, "capacity must be a non-negative integer");
-    }
+    this.capacityBytes = checkCapacity("withCapacity", capacityBytes);
+  }
+
+  /** A new limit from the next request on (a memory budget that changes at run time). */
+  setCapacity(bytes: number): void {
+    this.capacityBytes = checkCapacity("setCapacity", bytes);
   }
 
   private admit(call: string, bytes: number): void {
@@ -76,4 +84,17 @@ export class CapacityDriver extends DriverAdaptor {
 
 export function withCapacity(driver: VmmDriver, bytes: number): CapacityDriver {
   return new CapacityDriver(driver, bytes);
+}
+
+/**
+ * The most physical bytes a driver lets its user hold: the smallest withCapacity limit
+ * between it and the device, else the device's memory. Read without a driver call (a
+ * policy asks it on every grow); memGetInfo is the call that also sees other processes.
+ */
+export function capacityOf(driver: VmmDriver): number {
+  let cap = driver.device.totalBytes;
+  for (let d: VmmDriver | undefined = driver; d !== undefined; d = d instanceof DriverAdaptor ? d.inner : undefined) {
+    if (d instanceof CapacityDriver && d.capacityBytes < cap) cap = d.capacityBytes;
+  }
+  return cap;
 }

@@ -19,7 +19,7 @@ export { H200_COSTS, H200_REPLAY_COSTS, curveUs, type CostTable, type SizeCurve 
 export { MISUSE_CODES } from "./address-space.js";
 export { DriverAdaptor } from "./driver-adaptor.js";
 export { DefaultStreamDriver } from "./default-stream-driver.js";
-export { CapacityDriver, withCapacity } from "./capacity.js";
+export { CapacityDriver, capacityOf, withCapacity } from "./capacity.js";
 export { FaultDriver, withFaults, mulberry32, FAULT_CODES, type FaultPlan, type FaultAt, type InjectedFault } from "./faults.js";
 export { warmUpDriver } from "./warm-up.js";
 export { createDriver, cudaAvailable, type CreateDriverOptions } from "./create-driver.js";

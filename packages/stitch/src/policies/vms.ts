@@ -29,6 +29,10 @@ export interface VmsOptions extends Record<string, unknown> {
   donorOrder: string;
   /** Virtual bytes per stream arena; null = 2 x device memory. */
   arenaBytes: number | null;
+  /** New handles are at most capacity / this (at least the granularity); 0 = off. See pressureCap. */
+  capacityHandleDivisor: number;
+  /** New handles are at most (capacity - reserved) / this (at least the granularity); 0 = off. */
+  headroomHandleDivisor: number;
 }
 
 /** A free handle that may move: wholly inside free mapped block `block`. */
@@ -85,7 +89,7 @@ export class VmsAllocator implements PolicyInstance {
   private readonly seams: boolean;
   private readonly arenas = new Map<number, Arena>();
   private readonly arenaBytes: number;
-  private readonly n = { grows: 0, moved: 0, movedBytes: 0, created: 0, createdBytes: 0, tailRetries: 0, windowScans: 0, crossStreamHits: 0, smallSegments: 0, smallSegmentsMade: 0 };
+  private readonly n = { grows: 0, moved: 0, movedBytes: 0, created: 0, createdBytes: 0, tailRetries: 0, windowScans: 0, crossStreamHits: 0, smallSegments: 0, smallSegmentsMade: 0, released: 0, releasedBytes: 0 };
   /** Old mappings of moved handles waiting for their stream's mark (in mark order). */
   private readonly retiring: Retiring[] = [];
 
@@ -409,6 +413,18 @@ export class VmsAllocator implements PolicyInstance {
   }
 
   /**
+   * Give a donor's handle back to the driver to make room under pressure: unmapped once a
+   * mark of its stream is done (the host waits for that mark only, not the device), then
+   * released.
+   */
+  private releaseDonor(d: Donor): void {
+    this.unmapDonor(d, this.ctx.markStream(d.arena.stream));
+    this.ctx.releaseChunk(d.chunk);
+    this.n.released++;
+    this.n.releasedBytes += d.chunk.size;
+  }
+
+  /**
    * Take a donor's handle for a grow on `stream`. Kernels queued on the donor's stream
    * before its free may still use the old range, and cuMemUnmap does not wait for them: so
    * a mark on that stream is made now. Done (always on sim and host; live when the GPU has
@@ -506,6 +522,24 @@ export class VmsAllocator implements PolicyInstance {
     return true;
   }
 
+  /**
+   * The largest handle a grow may make for the capacity it runs in. A handle that holds a
+   * live block next to free memory traps that free memory (a mapping is a whole handle: it
+   * can neither move nor be released), and trapped bytes are what keeps a job from fitting
+   * once memory is tight. So handles stay a small share of the capacity (capacity /
+   * capacityHandleDivisor: 2048 handles fill it, so 64 MiB, the maxHandleBytes default, on
+   * an H200's 139.8 GiB and 5 MiB in a 10 GiB budget) and shrink further as the headroom
+   * goes ((capacity - reserved) / headroomHandleDivisor). Infinity while both shares are
+   * at least maxHandleBytes (memory plentiful: the decisions are those of no capacity).
+   */
+  private pressureCap(): number {
+    const k = this.o.headroomHandleDivisor;
+    const c = this.ctx.capacityBytes;
+    let share = k === 0 ? Infinity : (c - this.ctx.reservedBytes) / k;
+    if (this.o.capacityHandleDivisor > 0) share = Math.min(share, c / this.o.capacityHandleDivisor);
+    return share >= this.o.maxHandleBytes ? Infinity : Math.max(this.g, this.floorG(share));
+  }
+
   private grow(s: number, stream: number, tail: boolean): Block | null {
     this.n.grows++;
     this.settleRetiring(false);
@@ -530,7 +564,8 @@ export class VmsAllocator implements PolicyInstance {
     }
     const ds = this.donors(a, p, s, stream);
     // Handles no larger than a share of the request, so that what later requests leave free is more often a whole handle.
-    const cap = Math.min(this.o.maxHandleBytes, Math.max(this.g, this.ceilG(s / this.o.handlesPerRequest)));
+    const pcap = this.pressureCap();
+    const cap = Math.min(this.o.maxHandleBytes, pcap, Math.max(this.g, this.ceilG(s / this.o.handlesPerRequest)));
     // Choose donors per gap: largest that fit first, then one that overshoots into free room.
     for (const gp of gaps) {
       let left = gp.f1 - gp.f0;
@@ -556,9 +591,29 @@ export class VmsAllocator implements PolicyInstance {
         }
       }
     }
+    // What the gaps still need must fit in the capacity: if it does not, free handles that
+    // fit no gap are released (in donor order) to make room, and the new handles are sized
+    // to the gaps. Only then can a handle too big for every gap serve this request.
+    let need = 0;
+    for (const gp of gaps) for (const d of gp.donors) need -= d.chunk.size;
+    for (const gp of gaps) need += gp.f1 - gp.f0;
+    const room = this.ctx.capacityBytes - this.ctx.reservedBytes;
+    const spare: Donor[] = [];
+    for (let i = 0, freed = 0; need > room + freed && i < ds.length; i++) {
+      const d = ds[i]!;
+      if (d.used) continue;
+      d.used = true;
+      spare.push(d);
+      freed += d.chunk.size;
+    }
+    const tight = need > room;
     // Unmap every chosen donor first (reserved never overshoots); within a block from the highest address down, so the block object stays valid.
     const chosen = ds.filter((d) => d.used).sort((x, y) => y.addr - x.addr);
     for (const d of chosen) {
+      if (spare.includes(d)) {
+        this.releaseDonor(d);
+        continue;
+      }
       this.takeDonor(d, stream);
       this.n.moved++;
       this.n.movedBytes += d.chunk.size;
@@ -575,7 +630,7 @@ export class VmsAllocator implements PolicyInstance {
       const left = gp.f1 - gp.f0 - filled;
       if (left > 0 && ok) {
         // At the open end a larger handle costs the same calls and leaves room for the next requests.
-        const open = gp.roomEnd >= a.end;
+        const open = gp.roomEnd >= a.end && pcap === Infinity && !tight;
         const want = open ? Math.max(left, Math.min(this.o.minTailHandleBytes, gp.roomEnd - gp.f0 - filled)) : left;
         const k = this.o.maxHandlesPerGap;
         let hcap = k > 0 ? Math.max(cap, this.ceilG(want / k)) : cap;
@@ -715,6 +770,8 @@ export const vmsPolicy: Policy<VmsOptions> = {
     crossStream: { type: "boolean", default: true, description: "let a block freed on one stream serve another stream (that stream first waits on an event of the first)" },
     donorOrder: { type: "choice", choices: ["hole", "size"], default: "hole", description: "which free handles move first: those of the smallest free blocks (hole) or the largest (size)" },
     arenaBytes: { type: "bytes", min: 1, max: 2 ** 47, default: null, nullMeans: "2 x device memory", description: "virtual bytes reserved per stream arena" },
+    capacityHandleDivisor: { type: "number", min: 0, max: 2 ** 20, default: 2048, description: "new handles are at most capacity / this (the device or its budget), at least the granularity: what one handle can trap stays small where memory is tight; 0 = off" },
+    headroomHandleDivisor: { type: "number", min: 0, max: 2 ** 20, default: 256, description: "new handles are at most (capacity - reserved) / this, at least the granularity: handles shrink as memory fills; 0 = off" },
   },
   // a block freed on one stream may serve another (the engine makes that stream wait first)
   streams: { crossStreamReuse: (o) => o.crossStream },
