@@ -148,7 +148,9 @@ struct alignas(64) Shard {
 };
 
 constexpr int kShards = 64;
-Shard g_shards[kShards];
+// Never destroyed: PyTorch frees tensors from its own static destructors at exit, which run
+// after ours (this library was loaded after it); gmlake_free ignores them once exiting.
+Shard* const g_shards = new Shard[kShards];
 inline Shard& ShardOf(uintptr_t k) { return g_shards[Mix(k) >> 58]; }  // the top 6 bits
 
 // ---- statistics that PyTorch's DeviceStats has and the engine does not keep ---------------
@@ -202,7 +204,7 @@ void FillNewer(S& s, const std::string& json) {
 
 void Deleter(void* ptr);
 
-class Allocator final : public CUDAAllocator {
+class StitchAllocator final : public CUDAAllocator {
  public:
   int device_ = 0;  // the one device the engine serves
 
@@ -410,7 +412,7 @@ class Allocator final : public CUDAAllocator {
   }
 };
 
-Allocator g_allocator;
+StitchAllocator& g_allocator = *new StitchAllocator();  // never destroyed, as g_shards
 void Deleter(void* ptr) { g_allocator.Free(ptr); }
 
 }  // namespace gmlake_native
