@@ -11,7 +11,10 @@
 #   4. no prebuilt (`--omit=optional`): the install says what to do, sim works, host fails
 #      with one line; then, with cmake and g++ back, following that line builds the addon
 #      from source (GMLAKE_REGISTRY_SOURCE_BUILD=0 skips this part);
-#   5. with GMLAKE_OLD_GLIBC_ROOT=DIR (a root of an older distribution, e.g. made with
+#   5. `npm i @gmlake/torch-alloc` then, in it, `npm run build:native` (libnode fetched with
+#      apt-get download, the two libraries built from the tarball's sources with cmake and g++):
+#      `python3 -m gmlake_torch check` on that copy starts the engine and allocates (host driver);
+#   6. with GMLAKE_OLD_GLIBC_ROOT=DIR (a root of an older distribution, e.g. made with
 #      `debootstrap --variant=minbase bullseye DIR`; needs root): the installed stitch
 #      folder and this node binary copied into DIR, the README example run under chroot,
 #      on that distribution's glibc.
@@ -180,6 +183,19 @@ if [ "${GMLAKE_REGISTRY_SOURCE_BUILD:-1}" != "0" ]; then
   [ ! -e node_modules/@gmlake/vmm-linux-x64-gnu ] || fail "the prebuilt was installed after all"
   node try.mjs host | tee try.out
   grep -q "^host: ok" try.out || fail "host after the source build"
+fi
+
+if command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null; then
+  step "npm i @gmlake/torch-alloc, then npm run build:native in it"
+  mkdir -p "$tmp/torch-alloc" && cd "$tmp/torch-alloc"
+  echo '{ "name": "torch-alloc-user", "private": true }' >package.json
+  npm i @gmlake/torch-alloc --no-audit --no-fund --loglevel=error >install.log 2>&1 || { cat install.log >&2; fail "npm i @gmlake/torch-alloc"; }
+  ta="$tmp/torch-alloc/node_modules/@gmlake/torch-alloc"
+  (cd "$ta" && npm run build:native) >build.log 2>&1 || { tail -20 build.log >&2; fail "npm run build:native in the installed @gmlake/torch-alloc"; }
+  PYTHONPATH="$ta/python" python3 -m gmlake_torch check | tee check.out
+  grep -q '"ok": true' check.out && grep -q "\"library\": \"$ta/build/lib/" check.out || fail "gmlake_torch check on the npm-installed copy"
+else
+  echo "registry test: npm run build:native skipped (needs apt-get and dpkg-deb for Debian's libnode)"
 fi
 
 if [ -n "${GMLAKE_OLD_GLIBC_ROOT:-}" ]; then

@@ -61,6 +61,7 @@ enum GmlakeTextOp {
   kTextLastError = 3,  // (unused) -> the last error of this thread's design (OOM report or JS error)
   kTextClose = 4,      // (unused) -> "" or an error: frees every block, tears the policy down, checks leaks
   kTextFreeErrors = 5, // (unused) -> why the queued frees that failed failed, one line each
+  kTextResetPeaks = 6, // (unused) -> "": every peak back to its current value (reset_peak_memory_stats)
 };
 
 // How callers reach the one V8 isolate.

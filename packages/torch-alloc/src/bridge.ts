@@ -34,6 +34,7 @@ import {
   TEXT_LAST_ERROR,
   TEXT_CLOSE,
   TEXT_FREE_ERRORS,
+  TEXT_RESET_PEAKS,
   FREE_QUEUE_HEADER,
   FREE_QUEUE_LENGTH,
 } from "./ops.js";
@@ -230,6 +231,9 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
           }
           case TEXT_LAST_ERROR:
             return live.lastError;
+          case TEXT_RESET_PEAKS:
+            live.resetPeaks();
+            return "";
           case TEXT_CLOSE:
             return JSON.stringify(live.close());
           default:

@@ -308,6 +308,15 @@ export class LiveAllocator {
     };
   }
 
+  /** torch.cuda.reset_peak_memory_stats(): every peak is its current value again (no policy decides by them). */
+  resetPeaks(): void {
+    const st = this.allocator.stats;
+    st.peakAllocatedBytes = st.allocatedBytes;
+    st.peakActiveBytes = st.activeBytes;
+    st.peakRequestedBytes = st.requestedBytes;
+    st.peakReservedBytes = st.reservedBytes;
+  }
+
   /** The engine's history as a PyTorch memory-viz pickle (gzip when `path` ends in .gz). */
   snapshotBytes(path: string): Uint8Array {
     const log = this.allocator.recorder;

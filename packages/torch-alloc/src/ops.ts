@@ -27,6 +27,8 @@ export const TEXT_SNAPSHOT = 2;
 export const TEXT_LAST_ERROR = 3;
 export const TEXT_CLOSE = 4;
 export const TEXT_FREE_ERRORS = 5;
+/** Every peak (allocated, active, requested, reserved bytes) back to its current value: torch.cuda.reset_peak_memory_stats(). */
+export const TEXT_RESET_PEAKS = 6;
 /** Frees the free queue holds before a call must hand them over (native/embed.h kFreeQueueSlots). */
 export const FREE_QUEUE_SLOTS = 256;
 /** The front cache's largest size in blocks (embed.h kFrontCacheMaxEntries; frontCacheEntries). */

@@ -23,6 +23,7 @@ import {
   TEXT_CLOSE,
   TEXT_FREE_ERRORS,
   TEXT_LAST_ERROR,
+  TEXT_RESET_PEAKS,
   TEXT_SNAPSHOT,
   TEXT_STATS,
 } from "../src/bridge.js";
@@ -74,6 +75,25 @@ describe("LiveAllocator on the host driver", () => {
       expect(r.leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
     });
   }
+
+  it("reset_peak_memory_stats (TEXT_RESET_PEAKS): every peak back to its current value, then it climbs again", async () => {
+    const bridge = await createBridge({ policy: "vms", driver: "host" });
+    const big = bridge.call(OP_ALLOC, 64 * MiB, 0, 0);
+    const small = bridge.call(OP_ALLOC, 2 * MiB, 0, 0);
+    bridge.call(OP_FREE, big, 0, 0);
+    const peaks = ["allocated_bytes", "active_bytes", "requested_bytes", "reserved_bytes"];
+    const read = (): Record<string, number> => JSON.parse(bridge.text(TEXT_STATS, "")) as Record<string, number>;
+    const before = read();
+    expect(before["allocated_bytes.all.peak"]).toBeGreaterThanOrEqual(66 * MiB);
+    expect(bridge.text(TEXT_RESET_PEAKS, "")).toBe("");
+    const after = read();
+    for (const k of peaks) expect(after[`${k}.all.peak`]).toBe(after[`${k}.all.current`]);
+    expect(after["allocated_bytes.all.peak"]).toBeLessThan(before["allocated_bytes.all.peak"]!);
+    const again = bridge.call(OP_ALLOC, 8 * MiB, 0, 0);
+    expect(read()["allocated_bytes.all.peak"]).toBe(after["allocated_bytes.all.current"]! + 8 * MiB);
+    for (const p of [small, again]) bridge.call(OP_FREE, p, 0, 0);
+    JSON.parse(bridge.text(TEXT_CLOSE, ""));
+  });
 
   it("a block used on another stream is reused only after that stream's event completed", () => {
     const lag = lagging();

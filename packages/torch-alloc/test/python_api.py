@@ -182,7 +182,8 @@ def memory_api():
     nested = torch.cuda.memory.memory_stats_as_nested_dict()
     if nested["allocated_bytes"]["all"]["peak"] != 30 * MiB or nested["num_ooms"] != 1:
         return "the nested dict"
-    # the peak after a reset: the highest current seen until the engine's all-time peak moves
+    # the peak after a reset on an engine that cannot reset its own: the highest current seen
+    # until the engine's all-time peak moves
     torch.cuda.memory.reset_peak_memory_stats()
     if torch.cuda.memory.max_memory_allocated() != 10 * MiB:
         return f"peak after a reset: {torch.cuda.memory.max_memory_allocated()}"
@@ -238,6 +239,11 @@ want = tuple(st[k] for k in ("allocated_bytes.all.current", "allocated_bytes.all
 assert got == want and want[0] == 4 << 20 and want[1] == 11 << 20, (got, want)
 assert torch.cuda.memory_stats()["allocation.all.current"] == 2
 assert "gmlake vms allocator" in torch.cuda.memory_summary()
+torch.cuda.reset_peak_memory_stats()  # the engine's peaks back to current: exact
+assert torch.cuda.max_memory_allocated() == 4 << 20 == gmlake_torch.stats()["allocated_bytes.all.peak"]
+p = h["alloc"](2 << 20, 0, 0)
+assert torch.cuda.max_memory_allocated() == 6 << 20
+h["free"](p, 2 << 20, 0, 0)
 '''
 
 

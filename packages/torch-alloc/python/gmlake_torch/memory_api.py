@@ -16,10 +16,10 @@ UNTRACKED lists the rest, 0 in memory_stats() and "n/a" in memory_summary(): the
 pool split (the engine keeps one pool), the bytes allocated and freed in total, the peaks of
 the counts, and inactive_split (the engine does not split blocks as PyTorch does).
 
-reset_peak_memory_stats(): the engine keeps one peak since its start, so after a reset the
-peak is exact once the job passes the previous peak; until then it is the highest figure seen
-at the reset and at each read since (a lower bound). reset_accumulated_memory_stats()
-subtracts the counters at the reset (exact).
+reset_peak_memory_stats() sets the engine's peaks back to their current values (exact; an
+engine without that operation: the peak is then exact once the job passes the previous one,
+until then the highest figure seen at the reset and at each read since, a lower bound).
+reset_accumulated_memory_stats() subtracts the counters at the reset (exact).
 _snapshot() / _dump_snapshot() need the engine's history: GMLAKE_RECORD=1, enable(record=True),
 or (with GMLAKE_POLICY's hook) _record_memory_history() before the first CUDA tensor.
 """
@@ -97,10 +97,11 @@ class MemoryApi:
     """The replacements, bound to one torch module and the engine's stats() and snapshot(path)
     (callables, so tests can stand in for both)."""
 
-    def __init__(self, torch, stats, snapshot, device):
+    def __init__(self, torch, stats, snapshot, device, reset_peaks=None):
         self.torch = torch
         self.engine_stats = stats
         self.engine_snapshot = snapshot
+        self.engine_reset_peaks = reset_peaks  # () -> True when the engine reset them
         self.device = device
         self.books = _Books()
         self._recording = None  # known at the first question (records())
@@ -181,7 +182,11 @@ class MemoryApi:
         return self.memory_stats(device)["reserved_bytes.all.peak"]
 
     def reset_peak_memory_stats(self, device=None):
-        if self._index(device) == self.device:
+        if self._index(device) != self.device:
+            return
+        if self.engine_reset_peaks is not None and self.engine_reset_peaks():
+            self.books.peak_reset = None
+        else:
             self.books.reset_peaks(self._raw(device))
 
     def reset_accumulated_memory_stats(self, device=None):
@@ -281,7 +286,16 @@ def summary(s, device, policy, abbreviated=False):
 _installed = None  # (the MemoryApi, {(id(module), name): (module, PyTorch's function or None)})
 
 
-def install(torch, stats=None, snapshot=None, device=None):
+_TEXT_RESET_PEAKS = 6  # the bridge's TEXT_RESET_PEAKS (src/ops.ts)
+
+
+def _engine_reset_peaks():
+    import gmlake_torch as g
+
+    return g._require().text(_TEXT_RESET_PEAKS) == ""  # an older engine answers "unknown text operation 6"
+
+
+def install(torch, stats=None, snapshot=None, device=None, reset_peaks=None):
     """Replaces PyTorch's memory functions (in torch.cuda.memory and, where it has them,
     torch.cuda) with the engine's; a second call rebinds them. The defaults are the started
     engine's (gmlake_torch.stats, snapshot, the device it serves). Returns the MemoryApi."""
@@ -291,11 +305,12 @@ def install(torch, stats=None, snapshot=None, device=None):
     if stats is None or snapshot is None:
         native = g._require()
         stats, snapshot = stats or g.stats, snapshot or g.snapshot
+        reset_peaks = reset_peaks or _engine_reset_peaks
         if device is None:
             device = getattr(native, "device", None)
     if device is None:
         device = int(os.environ.get("GMLAKE_DEVICE", "0"))
-    api = MemoryApi(torch, stats, snapshot, device)
+    api = MemoryApi(torch, stats, snapshot, device, reset_peaks)
     originals = {} if _installed is None else _installed[1]
     for mod in (torch.cuda.memory, torch.cuda):
         for name in FUNCTIONS:
