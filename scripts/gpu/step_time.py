@@ -34,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -226,11 +227,16 @@ def one_run(py, workload, spec, steps, rnd, limit):
     env = dict(os.environ, **env_extra)
     t0 = time.perf_counter()
     rec = {"workload": workload, "allocator": spec, "round": rnd}
+    # a session of its own: at the limit the whole group goes (torch.compile's worker processes too)
+    p = subprocess.Popen(command(py, workload, allocator, steps, rnd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, start_new_session=True)
     try:
-        p = subprocess.run(command(py, workload, allocator, steps, rnd), capture_output=True, text=True, env=env, timeout=limit)
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, out, err = "timeout", (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "killed at the time limit"
+        out, err = p.communicate(timeout=limit)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        rc, err = "timeout", "killed at the time limit"
     rec["process_s"] = round(time.perf_counter() - t0, 3)
     result = None
     for line in out.splitlines():
