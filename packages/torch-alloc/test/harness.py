@@ -205,18 +205,21 @@ def stress(policy, threading_design, **kw):
     return f"the library said on stderr ({len(lines)} lines): {lines[0]}" if lines else None
 
 
-def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None, front_cache_entries=0, sizes="random"):
+def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None, front_cache_entries=0, sizes="random", capacity_bytes=None):
+    """capacity_bytes: a device so small that allocations run out of memory; the thread that
+    got one frees a block of its own and goes on (the allocator must serve again), and the
+    case fails unless out-of-memory happened and was followed by served allocations."""
     before = signal_handlers()
     t0 = time.perf_counter()
     native = gmlake_torch.start(policy, driver="host", threading=threading_design, check_invariants=512,
-                                front_cache_entries=front_cache_entries, **(knobs or {}))
+                                front_cache_entries=front_cache_entries, capacity_bytes=capacity_bytes, **(knobs or {}))
     start_ms = (time.perf_counter() - t0) * 1000
     after = signal_handlers()
     if after != before:
         return f"Node changed signal handlers: before {before}, after {after}"
     live = Live()
     errors = []
-    counts = {"allocs": 0, "frees": 0, "record_streams": 0, "recorded_frees": 0, "empty_caches": 0, "bytes_checked": 0}
+    counts = {"allocs": 0, "frees": 0, "record_streams": 0, "recorded_frees": 0, "empty_caches": 0, "bytes_checked": 0, "ooms": 0, "served_after_oom": 0}
     counts_lock = threading.Lock()
     next_id = [1]
 
@@ -226,16 +229,28 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
         other = STREAMS[(tid + 1) % 2]
         mine = []  # (addr, size, id)
         recorded = set()  # addresses of mine given to record_stream
-        local = {"allocs": 0, "frees": 0, "record_streams": 0, "recorded_frees": 0, "empty_caches": 0, "bytes_checked": 0}
+        local = {"allocs": 0, "frees": 0, "record_streams": 0, "recorded_frees": 0, "empty_caches": 0, "bytes_checked": 0, "ooms": 0, "served_after_oom": 0}
+        after_oom = False
         try:
             for _ in range(ops_per_thread):
-                r = rng.random()
-                if r < 0.52 or not mine:
+                served = False
+                if rng.random() < 0.52 or not mine:
                     size = random_size(rng, sizes, local["allocs"])
                     st, addr = native.try_alloc(size, stream)
-                    if st != 0:
+                    if st == -1 and capacity_bytes is not None:
+                        # out of memory: the job frees one of its blocks (checked) and goes on
+                        local["ooms"] += 1
+                        after_oom = True
+                        if not mine:
+                            continue
+                    elif st != 0:
                         errors.append(f"thread {tid}: alloc({size}) failed ({st}): {native.error()}")
                         return
+                    else:
+                        served = True
+                        local["served_after_oom"] += after_oom
+                        after_oom = False
+                if served:
                     bad = live.add(addr, size)
                     if bad:
                         errors.append(f"thread {tid}: {bad}")
@@ -324,12 +339,14 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
         return f"{stats['num_free_drains']} drains with {threading_design} and GMLAKE_DRAIN_US={os.environ.get('GMLAKE_DRAIN_US')}"
     if stats["live_blocks"] != 0 or stats["allocated_bytes.all.current"] != 0:
         return f"blocks still live after every free: {stats['live_blocks']} ({stats['allocated_bytes.all.current']} bytes)"
+    if capacity_bytes is not None and not (counts["ooms"] > 0 and counts["served_after_oom"] > 0 and stats["num_ooms"] == counts["ooms"]):
+        return f"under {capacity_bytes} bytes: {counts['ooms']} out-of-memory ({stats['num_ooms']} counted by the engine), {counts['served_after_oom']} served after one"
     closed = gmlake_torch.close()
     leaks = closed.get("leaks")
     if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
         return f"leaked at close: {closed}"
     ops = counts["allocs"] + counts["frees"]
-    label = (f"stress:{policy}:{threading_design}" + (f" {knobs}" if knobs else "") + (f" front_cache_entries={front_cache_entries}" if front_cache_entries else "")
+    label = (f"stress:{policy}:{threading_design}" + (f" {knobs}" if knobs else "") + (f" front_cache_entries={front_cache_entries}" if front_cache_entries else "") + (f" capacity={capacity_bytes}" if capacity_bytes else "")
              + ("" if drains or threading_design != "thread" else " GMLAKE_DRAIN_US=off"))
     print(json.dumps({"case": label, "start_ms": round(start_ms, 1), "threads": threads,
                       **counts, "front_cache_hits": hits, "ops_per_s": round(ops / wall), "peak_reserved": stats["reserved_bytes.all.peak"],
@@ -1017,6 +1034,11 @@ CASES = {
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
 CASES["stress:vms-one-stream-reuse:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "false"})
+# a device so small that the two threads' blocks run out of memory again and again: every block
+# still checked, every out-of-memory followed by served allocations (vms's pressure path)
+for _t in ("locker", "thread"):
+    CASES[f"stress:vms-tight:{_t}"] = (lambda t: (lambda: stress("vms", t, threads=2, capacity_bytes=96 * MiB)))(_t)
+CASES["stress:expandable-tight:locker"] = lambda: stress("expandable", "locker", threads=2, capacity_bytes=96 * MiB)
 for _t in ("locker", "thread"):
     CASES[f"stress:vms-front-cache:{_t}"] = (lambda t: (lambda: stress("vms", t, front_cache_entries=64, sizes="step")))(_t)
 # one JS thread that leaves queued frees for the next call (GMLAKE_DRAIN_US=off), as before the drains
