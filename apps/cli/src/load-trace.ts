@@ -2,6 +2,7 @@ import { basename } from "node:path";
 import { envReadLimits, parseReadLimits, readSnapshot, readSnapshotStream, type ReadLimits, type Snapshot } from "@gmlake/torch-trace";
 import { UsageError } from "./cli-error.js";
 import { DEFAULT_TRACE } from "./default-trace.js";
+import { noteUnknownActions } from "./unknown-actions.js";
 
 export interface LoadedTrace {
   /** The path given, or the embedded default's. */
@@ -48,5 +49,6 @@ export async function loadTrace(path: string | undefined, options: { frames?: bo
   const p = path ?? DEFAULT_TRACE;
   const frames = options.frames === true;
   const snapshot = p === "-" ? await readSnapshotStream(process.stdin, { name: "<stdin>", limits, frames }) : await readSnapshot(p, { limits, frames });
+  noteUnknownActions(nameOf(path), snapshot.unknownActions);
   return { path: p, name: nameOf(path), snapshot };
 }

@@ -18,6 +18,7 @@ import {
   type StreamOf,
 } from "@gmlake/trace";
 import { DEFAULT_TRACE } from "./default-trace.js";
+import { withUnknownActions } from "./unknown-actions.js";
 
 /** The files a command reads: its trace arguments, or the embedded default trace. */
 export function traceInputs(positionals: readonly string[]): string[] {
@@ -33,7 +34,7 @@ export function printText(text: string): void {
 
 /** One JSON document on stdout, with nothing in it a terminal would act on. */
 export function printJson(value: unknown): void {
-  writeStdout(terminalSafeJson(value) + "\n");
+  writeStdout(terminalSafeJson(withUnknownActions(value)) + "\n");
 }
 
 /** Where a replay's rows came from: the stacks and annotations of the trace it replayed. */
