@@ -217,7 +217,12 @@ async function main(): Promise<void> {
   }
 
   const recorded: Recorded[] = [];
-  for (const t of traces) recorded.push(await recordedFigures(t.trace, t.path));
+  for (const t of traces) {
+    const rec = await recordedFigures(t.trace, t.path);
+    const skipped = Object.entries(rec.unknownActions);
+    if (skipped.length) process.stderr.write(terminalSafe(`gmlake-bench: warning: ${t.trace}: trace entries of actions this reader does not know were skipped (${skipped.map(([a, n]) => `${a} x${n}`).join(", ")}): a newer PyTorch's? every run leaves them out`) + "\n");
+    recorded.push(rec);
+  }
   const tasks: Task[] = [];
   for (const t of traces) {
     const rec = recorded.find((r) => r.trace === t.trace)!;

@@ -10,6 +10,8 @@ export interface Recorded {
   peakRequestedBytes: number;
   peakReservedBytes: number;
   utilization: number;
+  /** Entries of actions the reader does not know, skipped (a newer PyTorch's?): action -> count. */
+  unknownActions: Record<string, number>;
 }
 
 export async function recordedFigures(trace: string, path: string): Promise<Recorded> {
@@ -23,6 +25,7 @@ export async function recordedFigures(trace: string, path: string): Promise<Reco
     peakRequestedBytes: st.peakRequestedBytes,
     peakReservedBytes: st.peakReservedBytes,
     utilization: st.peakReservedBytes > 0 ? st.peakRequestedBytes / st.peakReservedBytes : 1,
+    unknownActions: { ...s.unknownActions },
   };
 }
 

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { pickle } from "@gmlake/trace";
 import { workloadOf } from "../src/recorded.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -182,4 +183,16 @@ describe.skipIf(!haveTraces)("merge knows what a sweep is (issue 33)", () => {
     writeFileSync(join(s1, "curves.json"), JSON.stringify({ recorded: {}, runs: { "1": { startUs: 0, timeUs: [1], bytes: [] } } }));
     refused([s0, s1], /curves\.json: runs\["1"\] is not a run's curve/);
   }, 120_000);
+});
+
+describe("unknown trace actions", () => {
+  it("are counted in results.json's recorded figures and warned about, not skipped silently", () => {
+    const dir = mkdtempSync(join(tmpdir(), "gmlake-bench-unknown-"));
+    const e = (action: string, addr: number, size: number, t: number) => ({ action, addr, size, stream: 0, time_us: t });
+    writeFileSync(join(dir, "renamed.pickle"), pickle({ segments: [], device_traces: [[e("segment_alloc", 2 ** 40, 2 ** 21, 1), e("alloc", 2 ** 40, 2 ** 20, 2), e("free_completed_v2", 2 ** 40, 2 ** 20, 3)]] }));
+    const r = bench(["--traces", dir, "--policies", "caching", "--out", join(dir, "out")]);
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/warning: renamed: trace entries of actions this reader does not know were skipped \(free_completed_v2 x1\)/);
+    expect(JSON.parse(readFileSync(join(dir, "out", "results.json"), "utf8")).recorded[0].unknownActions).toEqual({ free_completed_v2: 1 });
+  });
 });
