@@ -222,6 +222,21 @@ def estimate(workload, steps, seen, first=None):
     return start + per * (steps - 1)
 
 
+RUNNING = [None]  # the run's process group, for a SIGTERM to this script
+
+
+def on_term(doc, out_dir):
+    """SIGTERM (an outer timeout): the run in progress goes, what was measured is written."""
+    def handler(signum, frame):
+        if RUNNING[0] is not None:
+            os.killpg(RUNNING[0], signal.SIGKILL)
+            os.waitpid(RUNNING[0], 0)
+        doc["incomplete"] = f"stopped by signal {signum} after {len(doc['runs'])} runs"
+        write(out_dir, doc)
+        sys.exit(3)
+    return handler
+
+
 def one_run(py, workload, spec, steps, rnd, limit):
     allocator, env_extra = parse_allocator(spec)
     env = dict(os.environ, **env_extra)
@@ -230,6 +245,7 @@ def one_run(py, workload, spec, steps, rnd, limit):
     # a session of its own: at the limit the whole group goes (torch.compile's worker processes too)
     p = subprocess.Popen(command(py, workload, allocator, steps, rnd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=env, start_new_session=True)
+    RUNNING[0] = p.pid
     try:
         out, err = p.communicate(timeout=limit)
         rc = p.returncode
@@ -237,6 +253,7 @@ def one_run(py, workload, spec, steps, rnd, limit):
         os.killpg(p.pid, signal.SIGKILL)
         out, _ = p.communicate()
         rc, err = "timeout", "killed at the time limit"
+    RUNNING[0] = None
     rec["process_s"] = round(time.perf_counter() - t0, 3)
     result = None
     for line in out.splitlines():
@@ -283,6 +300,7 @@ def main_run(args):
             k = (rnd - 1) % len(allocators) if args.order == "rotate" else 0
             plan += [(w, rnd, a) for a in allocators[k:] + allocators[:k]]
     seen = {}
+    signal.signal(signal.SIGTERM, on_term(doc, args.out))
     for i, (w, rnd, a) in enumerate(plan):
         left = deadline - time.monotonic()
         if left < estimate(w, args.steps, seen, args.first_estimate):

@@ -9,7 +9,9 @@ usage: python3 scripts/gpu/test_live_scripts.py   (from the repository root or a
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 import sys
 import tempfile
 import textwrap
@@ -611,7 +613,7 @@ class _Cuda:
         pass
     _fraction = 1.0
     def mem_get_info(self):
-        return (90 * GiB, 100 * GiB)
+        return (0 if os.environ.get("FAKE_DEVICE_FULL") else 90 * GiB, 100 * GiB)
     def set_per_process_memory_fraction(self, f, device=None):
         _Cuda._fraction = f
 cuda = _Cuda()
@@ -731,6 +733,15 @@ class LargestBatch(unittest.TestCase):
         _, capped = self.lb("--workloads", "gpt2_ft", "--budgets", "64", "--allocators", "pytorch", "--jobs", "8")
         self.assertEqual(capped["jobs"], 2)
 
+    def test_out_of_memory_with_the_device_full_is_tried_again_alone(self):
+        args = ("--workloads", "gpt2_ft,qwen_lora_bigvocab:seq", "--budgets", "24", "--allocators", "pytorch")
+        _, one = self.lb(*args)
+        p, three = self.lb(*args, "--jobs", "3", FAKE_STEP_S="0.05", FAKE_DEVICE_FULL="1")
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertIn("again alone", p.stdout)
+        self.assertEqual([r["largest"] for r in three["rows"]], [r["largest"] for r in one["rows"]])
+        self.assertFalse([c for c in three["candidates"] if c["status"] == "oom" and c["shared"]])
+
     def test_ours_takes_the_budget_directly_where_the_hook_is_missing(self):
         p, doc = self.lb("--workloads", "gpt2_ft", "--budgets", "24", "--allocators", "ours:vms,pytorch", FAKE_NO_HOOK="1")
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
@@ -807,6 +818,8 @@ with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(json.dumps([w, rep, alloc, os.environ.get("GMLAKE_INTERFACE")]) + "\n")
 if os.environ.get("FAKE_FAIL") == alloc:
     sys.exit("boom: " + alloc)
+with open(os.environ["FAKE_LOG"] + ".pid", "w") as f:
+    f.write(str(os.getpid()))
 time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
 base = {"pytorch": 0.200, "pytorch-expandable": 0.202}.get(alloc, 0.2015 if os.environ.get("GMLAKE_INTERFACE") == "native" else 0.210)
 noise = [0.0, 0.004, -0.002, 0.003, -0.001, 0.002][rep % 6]
@@ -929,6 +942,29 @@ class StepTime(unittest.TestCase):
                                            "--time-limit", "1.5", "--first-estimate", "0.1", "--no-prime", env={"FAKE_SLEEP": "30"})
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual([(r["ok"], r["error"]) for r in doc["runs"]], [(False, "killed at the time limit")])
+
+    def test_sigterm_kills_the_run_and_writes_what_it_has(self):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, FAKE_LOG=os.path.join(d, "log"), FAKE_SLEEP="60")
+            p = subprocess.Popen([sys.executable, os.path.join(HERE, "step_time.py"), "--workloads", "gpt2_ft", "--allocators", "pytorch",
+                                  "--rounds", "2", "--steps", "5", "--python", fake_python(d, FAKE_STEP_PYTHON), "--out", d],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+            for _ in range(200):
+                if os.path.exists(os.path.join(d, "log.pid")):
+                    break
+                time.sleep(0.05)
+            with open(os.path.join(d, "log.pid")) as f:
+                child = int(f.read())
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(timeout=30), 3)
+            with open(os.path.join(d, "step-time.json")) as f:
+                self.assertIn("stopped by signal", json.load(f)["incomplete"])
+            time.sleep(0.2)
+            try:  # gone, or a zombie that its new parent has not reaped yet
+                with open(f"/proc/{child}/stat") as f:
+                    self.assertEqual(f.read().split(")")[-1].split()[0], "Z")
+            except FileNotFoundError:
+                pass
 
     def test_failed_runs_are_listed_and_left_out(self):
         p, doc, md, _ = self.run_step_time("--workloads", "gpt2_ft", "--allocators", "pytorch,ours:caching", "--rounds", "2",
