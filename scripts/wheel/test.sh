@@ -7,7 +7,8 @@
 #      nothing leaked;
 #   3. packages/torch-alloc/test/python_api.py against the installed copy (GMLAKE_TEST_INSTALLED=1:
 #      the venv's own .pth line, a stand-in torch; memory_stats() & co, GMLAKE_POLICY, the CLI);
-#   4. pip uninstall takes the .pth line away with the module.
+#   4. pip uninstall takes the .pth line away with the module;
+#   5. scripts/wheel/gpu-verify.sh (the lead's GPU command) on a stand-in torch (test_gpu_verify.py).
 # The folder is removed at exit.  usage: bash scripts/wheel/test.sh [--no-build]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,6 +32,7 @@ py=/usr/bin/python3
 # A PATH with the venv, a shell and a few tools: no node, no compiler, no source tree.
 mkdir -p "$tmp/bin"
 for t in sh bash env cat cp cut du grep rm tee; do ln -s "$(command -v "$t")" "$tmp/bin/$t"; done
+full_path=$PATH
 export PATH="$tmp/venv/bin:$tmp/bin"
 unset PYTHONPATH NODE_PATH
 for t in node npm g++ gcc cc cmake; do
@@ -59,4 +61,5 @@ GMLAKE_TEST_INSTALLED=1 python "$tmp/python_api.py" || fail "python_api.py again
 
 pip uninstall -y -q gmlake_torch >/dev/null 2>&1 || fail "pip uninstall"
 [ ! -e "$site/gmlake_torch_autoenable.pth" ] && [ ! -e "$site/gmlake_torch" ] || fail "pip uninstall left files behind"
+PATH="$full_path" "$py" "$root/scripts/wheel/test_gpu_verify.py" "$whl" || fail "gpu-verify.sh on the stand-in torch"
 echo "wheel test: passed in $((SECONDS - started)) s"

@@ -39,9 +39,20 @@ if PY:
 MiB = 1 << 20
 
 # A torch package as far as the allocator sees it: lazy CUDA initialisation, the pluggable
-# allocator (ctypes, as PyTorch resolves the entry points), and the memory functions raising.
+# allocator (ctypes, as PyTorch resolves the entry points), the memory functions raising once
+# a pluggable allocator is in place (zeros before: PyTorch's own), torchrun running one worker.
 STAND_IN = {
-    "torch/__init__.py": "from . import cuda\n",
+    "torch/__init__.py": "__version__ = '0.0+stand-in'\nfrom . import cuda\n",
+    "torch/distributed/__init__.py": "",
+    "torch/distributed/run.py": textwrap.dedent('''\
+        import os, subprocess, sys
+        if __name__ == "__main__":
+            args = sys.argv[1:]
+            if args[:1] == ["--nproc-per-node"]:
+                args = args[2:]
+            env = dict(os.environ, LOCAL_RANK="0", RANK="0", WORLD_SIZE="1", TORCHELASTIC_RUN_ID="stand-in")
+            sys.exit(subprocess.call([sys.executable, *args], env=env))
+        '''),
     "torch/cuda/__init__.py": textwrap.dedent('''\
         import sys
         from . import memory
@@ -69,18 +80,20 @@ STAND_IN = {
         _allocator_initialized = [False]
         swapped = []
         hooks = {}
-        def _plug(name):
-            raise RuntimeError(f"CUDAPluggableAllocator does not yet support {name}. "
-                               "If you need it, please file an issue describing your use case.")
-        def memory_stats(device=None): _plug("getDeviceStats")
-        def memory_allocated(device=None): _plug("getDeviceStats")
-        def max_memory_allocated(device=None): _plug("getDeviceStats")
-        def memory_reserved(device=None): _plug("getDeviceStats")
-        def max_memory_reserved(device=None): _plug("getDeviceStats")
-        def reset_peak_memory_stats(device=None): _plug("resetPeakStats")
-        def memory_summary(device=None, abbreviated=False): _plug("getDeviceStats")
-        def _snapshot(device=None): _plug("snapshot")
-        def _dump_snapshot(filename="dump_snapshot.pickle"): _plug("snapshot")
+        def _plug(name, answer=0):
+            if swapped:
+                raise RuntimeError(f"CUDAPluggableAllocator does not yet support {name}. "
+                                   "If you need it, please file an issue describing your use case.")
+            return answer
+        def memory_stats(device=None): return _plug("getDeviceStats", {})
+        def memory_allocated(device=None): return _plug("getDeviceStats")
+        def max_memory_allocated(device=None): return _plug("getDeviceStats")
+        def memory_reserved(device=None): return _plug("getDeviceStats")
+        def max_memory_reserved(device=None): return _plug("getDeviceStats")
+        def reset_peak_memory_stats(device=None): return _plug("resetPeakStats", None)
+        def memory_summary(device=None, abbreviated=False): return _plug("getDeviceStats", "PyTorch CUDA memory summary (stand-in)")
+        def _snapshot(device=None): return _plug("snapshot", {})
+        def _dump_snapshot(filename="dump_snapshot.pickle"): return _plug("snapshot", None)
         history_calls = []
         def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=2**63 - 1, device=None):
             history_calls.append((enabled, max_entries))
@@ -326,11 +339,7 @@ def auto_cuda_first():
         torch.cuda._initialized = True; torch.cuda.memory._allocator_initialized[0] = True
         torch.cuda.first_tensor()
         assert not torch.cuda.memory.swapped
-        try:
-            torch.cuda.memory_allocated()
-            raise SystemExit("PyTorch's functions were replaced")
-        except RuntimeError:
-            pass
+        assert torch.cuda.memory_allocated.__module__ == "torch.cuda.memory", "PyTorch's functions were replaced"
     '''
     return auto_refused(code, {}, "CUDA was initialised before GMLAKE_POLICY's hook could act")
 

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# On the GPU host, the wheel as a user installs it and a job switched to ours by the
+# environment alone.
+#   here:   bash scripts/wheel/build.sh                    (build/wheel/gmlake_torch-*.whl)
+#   there:  `run` with carry ["build/wheel"]: bash scripts/wheel/gpu-verify.sh
+# 1. a venv over the image's python (--system-site-packages: its torch; --without-pip: the
+#    image's own pip installs into it), `pip install --no-index` the wheel;
+# 2. python -m gmlake_torch info, check --driver cuda;
+# 3. GMLAKE_POLICY=vms python scripts/wheel/train_check.py (nothing of ours in the script);
+# 4. the same under torchrun (python -m torch.distributed.run --nproc-per-node 1);
+# 5. the same with no GMLAKE_POLICY: PyTorch's own allocator, the control.
+# Each job prints torch.cuda.memory_summary() and RESULT {json}; logs go to $OUT (or
+# gpu-verify-out/ at the root). Fails unless 3 and 4 ran on ours with torch.cuda's figures equal to the
+# engine's and 5 on PyTorch's.
+#   knobs: PYTHON (default python3), STEPS (default 6), POLICY (default vms); for the CPU test
+#   (test_gpu_verify.py, a stand-in torch): WHEEL, TRAIN_SCRIPT, CHECK_DRIVER (default cuda)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$root/gpu-verify-out}
+mkdir -p "$out"
+python=${PYTHON:-python3}
+policy=${POLICY:-vms}
+fail() {
+  echo "gpu-verify FAILED: $*" >&2
+  exit 1
+}
+train=${TRAIN_SCRIPT:-$root/scripts/wheel/train_check.py}
+shopt -s nullglob
+whls=("$root"/build/wheel/gmlake_torch-*.whl)
+[ -n "${WHEEL:-}" ] && whls=("$WHEEL")
+[ "${#whls[@]}" = 1 ] || fail "expected one build/wheel/gmlake_torch-*.whl (bash scripts/wheel/build.sh here, carry build/wheel), found ${#whls[@]}"
+whl=${whls[0]}
+venv=$(mktemp -d "${TMPDIR:-/tmp}/gmlake-venv.XXXXXX")
+trap 'rm -rf "$venv"' EXIT
+
+echo "== install $(basename "$whl") ($(du -h "$whl" | cut -f1)) into a venv over $("$python" -c 'import sys, torch; print(sys.executable, "torch", torch.__version__)')"
+"$python" -m venv --system-site-packages --without-pip "$venv" || fail "$python -m venv"
+py="$venv/bin/python"
+"$py" -m pip --version >/dev/null 2>&1 || fail "$python has no pip for the venv to use ($python -m pip)"
+"$py" -m pip install --no-index --no-deps --disable-pip-version-check "$whl" >"$out/pip.log" 2>&1 || { cat "$out/pip.log" >&2; fail "pip install"; }
+tail -1 "$out/pip.log"
+"$py" -m gmlake_torch info | tee "$out/info.txt"
+"$py" -m gmlake_torch check --driver "${CHECK_DRIVER:-cuda}" | tee "$out/check.json"
+grep -q '"ok": true' "$out/check.json" || fail "check --driver ${CHECK_DRIVER:-cuda}"
+
+job() {  # job NAME [env VAR=...] CMD...: runs one job, keeps its log, prints its RESULT
+  local name=$1
+  shift
+  echo "== $name: $*"
+  (cd "$out" && env STEPS="${STEPS:-6}" "$@") >"$out/$name.log" 2>&1 || { tail -30 "$out/$name.log" >&2; fail "$name exited $?"; }
+  grep -A60 "memory summary" "$out/$name.log" | grep -v 'RESULT {' | head -30 || true
+  grep 'RESULT {' "$out/$name.log" | tail -1 | tee "$out/$name.result"
+}
+check_result() {  # check_result NAME ALLOCATOR: the job's RESULT ran on ALLOCATOR (ours: torch's figures = the engine's)
+  "$py" - "$out/$1.result" "$2" <<'EOF' || fail "$1: see $out/$1.log"
+import json, sys
+r = json.loads(open(sys.argv[1]).read().split("RESULT ", 1)[1])
+want = sys.argv[2]
+if r["allocator"] != want:
+    sys.exit(f"ran on {r['allocator']}, expected {want}")
+if want != "pytorch" and not r.get("equal"):
+    sys.exit(f"torch.cuda's figures differ from the engine's: {r}")
+print(f"{want}: max_memory_allocated {r['max_memory_allocated'] / 2**30:.3f} GiB, max_memory_reserved "
+      f"{r['max_memory_reserved'] / 2**30:.3f} GiB" + (", equal to the engine's" if want != "pytorch" else ""))
+EOF
+}
+job env-var env GMLAKE_POLICY="$policy" "$py" "$train"
+check_result env-var "gmlake:$policy"
+job torchrun env GMLAKE_POLICY="$policy" "$py" -m torch.distributed.run --nproc-per-node 1 "$train"
+check_result torchrun "gmlake:$policy"
+job pytorch env -u GMLAKE_POLICY "$py" "$train"
+check_result pytorch pytorch
+echo "gpu-verify: passed (logs in $out)"
