@@ -10,6 +10,7 @@ behind the pluggable interface; the engine runs on the host driver.
                  allocations through PyTorch's function pointers; _snapshot() from its history
   auto           GMLAKE_POLICY + the .pth line: nothing until CUDA's first initialisation, then
                  the engine (with _record_memory_history's request); the torch.cuda aliases
+  auto-explicit  GMLAKE_POLICY and an enable() in the script: the script's settings, once
   auto-off       no GMLAKE_POLICY, or GMLAKE_AUTOENABLE=0: gmlake_torch is not even imported
   auto-no-torch  no torch: one line at exit, nothing else
   auto-cuda-first, auto-bad-policy
@@ -299,6 +300,19 @@ def auto():
     return expect(r) or (f"stderr not empty: {r.stderr}" if r.stderr.strip() else None)
 
 
+def auto_explicit():
+    """GMLAKE_POLICY set and the script calls enable() itself: its settings win, the hook does nothing more."""
+    code = '''
+        import torch, gmlake_torch
+        gmlake_torch.enable("gmlake")
+        torch.cuda.first_tensor()
+        assert len(torch.cuda.memory.swapped) == 1 and gmlake_torch.stats()["policy"] == "gmlake"
+        assert torch.cuda.memory._record_memory_history.__self__.__class__.__name__ == "MemoryApi", "PyTorch's came back"
+    '''
+    r = child(code, env={"GMLAKE_POLICY": "vms"})
+    return expect(r) or (f"stderr: {r.stderr}" if r.stderr.strip() else None)
+
+
 def auto_off():
     code = '''
         import sys, torch
@@ -402,7 +416,7 @@ def cli():
     return None
 
 
-CASES = {"memory-api": memory_api, "enable-api": enable_api, "auto": auto, "auto-off": auto_off, "auto-no-torch": auto_no_torch,
+CASES = {"memory-api": memory_api, "enable-api": enable_api, "auto": auto, "auto-explicit": auto_explicit, "auto-off": auto_off, "auto-no-torch": auto_no_torch,
          "auto-cuda-first": auto_cuda_first, "auto-bad-policy": auto_bad_policy, "device": device, "cli": cli}
 
 

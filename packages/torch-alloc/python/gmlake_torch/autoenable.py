@@ -120,9 +120,12 @@ def _after_torch(torch):
 
         # torch.cuda's own functions and C++ (device_lazy_init) look it up there at each call;
         # modules that imported it by name hold the original: theirs is swapped too
-        for mod in list(sys.modules.values()):
-            if getattr(mod, "__name__", "").startswith("torch") and getattr(mod, "_lazy_init", None) is lazy:
-                mod._lazy_init = _lazy_init
+        for name, mod in list(sys.modules.items()):
+            try:
+                if name.startswith("torch") and getattr(mod, "_lazy_init", None) is lazy:
+                    mod._lazy_init = _lazy_init
+            except Exception:  # noqa: BLE001 (a lazy module that cannot answer holds no _lazy_init of ours)
+                pass
         cuda._lazy_init = _lazy_init
         record = getattr(cuda.memory, "_record_memory_history", None)
         if record is not None:
@@ -133,6 +136,7 @@ def _after_torch(torch):
                     return cuda.memory._record_memory_history(enabled, *args, **kwargs)
                 _state["record"] = (enabled, args, kwargs)  # the engine starts with it
 
+            _originals["pre_start_record"] = _record_memory_history
             cuda.memory._record_memory_history = _record_memory_history
     except Exception as e:  # noqa: BLE001 (a torch we do not understand: PyTorch's allocator stays)
         _warn(f"GMLAKE_POLICY's hook could not attach to this torch ({e}): PyTorch's allocator stays")
@@ -159,7 +163,8 @@ def _start(torch):
             return
         _state["done"] = True
         cuda = torch.cuda
-        if "_record_memory_history" in _originals:
+        # PyTorch's back, unless an explicit enable() replaced ours already (memory_api's stays)
+        if "_record_memory_history" in _originals and cuda.memory._record_memory_history is _originals["pre_start_record"]:
             cuda.memory._record_memory_history = _originals["_record_memory_history"]
         import gmlake_torch
 
