@@ -7,7 +7,9 @@
 # Knobs: LB_WORKLOADS (default gpt2_ft,gpt2_ft_ckpt,llama1b_lora,llama1b_fsdp,qwen_lora_bigvocab,moe_ft;
 #   NAME:seq bisects the sequence lengths instead of the batch), LB_BUDGETS (GiB, default 24,40),
 #   LB_ALLOCATORS (default pytorch-expandable,ours:vms,pytorch), LB_STEPS (default 4),
-#   LB_MAX_BATCH (default 512), LB_CANDIDATE_TIMEOUT (s, default 240), LB_RESUME (an earlier
+#   LB_MAX_BATCH (default 512), LB_CANDIDATE_TIMEOUT (s, default 240), LB_JOBS (workloads searched
+#   side by side, default 3, no more than the device holds at the largest budget; each answer is
+#   then timed with the GPU to itself), LB_RESUME (an earlier
 #   largest-batch.json: its candidates are not run again), TOTAL (s for the whole call, default
 #   560), PYTHON (default python3). The setup (unpack, the OOM shim) runs only when an ours:
 #   allocator is asked for.
@@ -52,8 +54,11 @@ fi
 
 left=$((total - ($(date +%s) - t_start) - 10))
 [ "$left" -lt 30 ] && { echo "largest-batch: no time left after the setup (${left} s)" >&2; exit 2; }
+# the device's memory in GiB (how many candidates fit side by side), else an H200's
+device_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | awk '$1 > 0 { printf "%d", $1 / 1024 }')
 args=(--budgets "${LB_BUDGETS:-24,40}" --allocators "$allocators" --steps "${LB_STEPS:-4}" --max-batch "${LB_MAX_BATCH:-512}"
-  --candidate-timeout "${LB_CANDIDATE_TIMEOUT:-240}" --time-limit "$left" --out "$OUT" --python "$python")
+  --candidate-timeout "${LB_CANDIDATE_TIMEOUT:-240}" --time-limit "$left" --out "$OUT" --python "$python"
+  --jobs "${LB_JOBS:-3}" --device-gib "${device_gib:-140}")
 [ -n "${LB_WORKLOADS:-}" ] && args+=(--workloads "$LB_WORKLOADS")
 [ -n "${LB_RESUME:-}" ] && args+=(--resume "$LB_RESUME")
 "$python" scripts/gpu/largest_batch.py "${args[@]}"

@@ -14,9 +14,12 @@ them; --resume FILE takes the candidates an earlier run measured.
 
 usage: python3 largest_batch.py [--workloads W,W[:seq],...] [--budgets 24,40] [--allocators A,...]
                                 [--steps 4] [--time-limit S] [--candidate-timeout S] [--max-batch N]
-                                [--out DIR] [--resume FILE]
+                                [--out DIR] [--resume FILE] [--jobs N] [--device-gib G]
   A = pytorch | pytorch-expandable | ours:POLICY[,k=v...]   (live_workloads.py's names)
   step time: the median over the steps after the first; tokens/s: those steps' tokens over their time.
+  --jobs N: up to N workloads searched side by side (no more than a G GiB device holds at the
+  largest budget, 3 GiB a process beside it); an answer found beside others is trained again
+  with the GPU to itself for its step time and tokens/s.
 internal: python3 largest_batch.py --child NAME --allocator A --budget-gib G --value V --dim batch|seq --steps N
 """
 import argparse
@@ -24,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -87,6 +91,11 @@ def child(a):
     except Exception as e:  # noqa: BLE001: a candidate's failure is its result
         oom = type(e).__name__ == "OutOfMemoryError" or "out of memory" in str(e).lower()
         out.update(status="oom" if oom else "error", error=f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}")
+        if oom:
+            try:  # the device's own free memory then: near 0, the device was full, not the budget
+                out["device_free_bytes"] = int(g["torch"].cuda.mem_get_info()[0])
+            except Exception:  # noqa: BLE001
+                pass
     print("LB " + json.dumps(out), flush=True)
     return 0
 
@@ -105,6 +114,8 @@ def parse_args(argv):
     ap.add_argument("--out", default=".")
     ap.add_argument("--resume", default=None)
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--jobs", default="1")
+    ap.add_argument("--device-gib", default="140")
     # one candidate (the search runs itself with these)
     ap.add_argument("--child", default=None)
     ap.add_argument("--allocator", default=None)
@@ -166,6 +177,38 @@ def summarize(c, steps):
     return times[len(times) // 2], (sum(t[i] for i in keep) / secs if secs > 0 else None)
 
 
+class Gpu:
+    """The device shared by candidates: up to n at once, or one alone (a timing run waits for
+    the others to end and holds the rest off). Each candidate's record says whether another ran
+    beside it at any moment (its step times are then not the allocator's alone)."""
+
+    def __init__(self, n):
+        self.n, self.free, self.waiting = n, n, 0
+        self.cv = threading.Condition()
+        self.running = []
+
+    def take(self, record, alone):
+        with self.cv:
+            if alone:
+                self.waiting += 1
+                self.cv.wait_for(lambda: self.free == self.n)
+                self.waiting -= 1
+                self.free = 0
+            else:
+                self.cv.wait_for(lambda: self.free > 0 and self.waiting == 0)
+                self.free -= 1
+            for r in self.running:
+                r["shared"] = True
+            record["shared"] = bool(self.running)
+            self.running.append(record)
+
+    def give(self, record, alone):
+        with self.cv:
+            self.running.remove(record)
+            self.free = self.n if alone else self.free + 1
+            self.cv.notify_all()
+
+
 class Search:
     def __init__(self, a, workloads, budgets, allocators):
         self.a = a
@@ -179,6 +222,10 @@ class Search:
         self.rows = []
         self.stopped = None
         self.ran = 0
+        self.lock = threading.Lock()
+        # candidates at once: as asked, as many as the device holds at the largest budget
+        self.jobs = max(1, min(positive(a.jobs, "jobs"), int((positive(a.device_gib, "device-gib", float) - 4) // (max(budgets) + 3))))
+        self.gpu = Gpu(self.jobs)
         if a.resume:
             try:
                 with open(a.resume) as f:
@@ -193,52 +240,83 @@ class Search:
     def log(self, msg):
         print(f"[{time.monotonic() - self.t0:6.1f} s] {msg}", flush=True)
 
-    def known(self, w, dim, alloc, budget, value):
+    def known(self, w, dim, alloc, budget, value, alone=False):
+        """The candidate measured at this point (alone: one no other candidate ran beside), or None."""
         for c in self.candidates:
             if (c["workload"], c["dim"], c["allocator"], c["budget_gib"], c["value"], c["steps"]) == (w, dim, alloc, budget, value, self.steps):
-                return c
+                if not alone or not c.get("shared"):
+                    return c
         return None
 
-    def run(self, w, dim, alloc, budget, value):
-        """True (trains), False (does not), None (out of time: the search stops)."""
-        c = self.known(w, dim, alloc, budget, value)
-        if c is None:
-            lim = min(self.cand_limit, self.left())
-            if lim < 5:
+    def run(self, w, dim, alloc, budget, value, alone=False):
+        """True (trains), False (does not), None (out of time: the search stops). alone: the GPU
+        to itself (a timing run), else beside up to --jobs - 1 others."""
+        c = self.known(w, dim, alloc, budget, value, alone)
+        if c is not None:
+            return c["status"] == "ok"
+        if self.stopped:
+            return None
+        slot = {}
+        self.gpu.take(slot, alone)
+        try:
+            return self.measure(w, dim, alloc, budget, value, slot)
+        finally:
+            self.gpu.give(slot, alone)
+
+    def measure(self, w, dim, alloc, budget, value, slot):
+        """One candidate in its own process; `slot` (its GPU record) says whether it had company."""
+        lim = min(self.cand_limit, self.left())
+        if lim < 5:
+            self.stopped = "time limit"
+            return None
+        cmd = [self.a.python, os.path.abspath(__file__), "--child", w, "--allocator", alloc, "--budget-gib", repr(budget),
+               "--value", str(value), "--dim", dim, "--steps", str(self.steps)]
+        t = time.monotonic()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=lim)
+            text, rc = p.stdout + p.stderr, p.returncode
+        except subprocess.TimeoutExpired as e:
+            text = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            if lim < self.cand_limit:  # cut by the time limit: no answer
                 self.stopped = "time limit"
+                self.log(f"{w} {budget:g} GiB {alloc} {dim} {value}: cut by the time limit")
                 return None
-            cmd = [self.a.python, os.path.abspath(__file__), "--child", w, "--allocator", alloc, "--budget-gib", repr(budget),
-                   "--value", str(value), "--dim", dim, "--steps", str(self.steps)]
-            t = time.monotonic()
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=lim)
-                text, rc = p.stdout + p.stderr, p.returncode
-            except subprocess.TimeoutExpired as e:
-                text = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-                if lim < self.cand_limit:  # cut by the time limit: no answer
-                    self.stopped = "time limit"
-                    self.log(f"{w} {budget:g} GiB {alloc} {dim} {value}: cut by the time limit")
-                    return None
-                text, rc = text + f"\ncandidate timed out after {lim:.0f} s", None
-            c = {"workload": w, "dim": dim, "allocator": alloc, "budget_gib": budget, "value": value, "steps": self.steps,
-                 "seconds": round(time.monotonic() - t, 1), "rc": rc}
-            lb = [l for l in text.splitlines() if l.startswith("LB ")]
-            res = [l for l in text.splitlines() if l.startswith("RESULT ")]
-            info = json.loads(lb[-1][3:]) if lb else {"status": "error", "error": "no result: " + " | ".join(text.strip().splitlines()[-3:])}
-            c.update(info)
-            if res and c["status"] == "ok":
-                r = json.loads(res[-1][7:])
-                c["step_s"] = r.get("step_s")
-                c["gpu"], c["torch"] = r.get("gpu"), r.get("torch")
-                c["peak_reserved_bytes"] = r.get("peak_reserved_bytes") or (r.get("engine") or {}).get("reserved_bytes.all.peak")
-            elif c["status"] == "ok":
-                c.update(status="error", error="no RESULT line")
+            text, rc = text + f"\ncandidate timed out after {lim:.0f} s", None
+        c = {"workload": w, "dim": dim, "allocator": alloc, "budget_gib": budget, "value": value, "steps": self.steps,
+             "seconds": round(time.monotonic() - t, 1), "rc": rc}
+        lb = [l for l in text.splitlines() if l.startswith("LB ")]
+        res = [l for l in text.splitlines() if l.startswith("RESULT ")]
+        info = json.loads(lb[-1][3:]) if lb else {"status": "error", "error": "no result: " + " | ".join(text.strip().splitlines()[-3:])}
+        c.update(info)
+        if res and c["status"] == "ok":
+            r = json.loads(res[-1][7:])
+            c["step_s"] = r.get("step_s")
+            c["gpu"], c["torch"] = r.get("gpu"), r.get("torch")
+            c["peak_reserved_bytes"] = r.get("peak_reserved_bytes") or (r.get("engine") or {}).get("reserved_bytes.all.peak")
+        elif c["status"] == "ok":
+            c.update(status="error", error="no RESULT line")
+        c["shared"] = slot.get("shared", False)
+        if c["status"] == "oom" and c["shared"] and c.get("device_free_bytes", GiB) < GiB:
+            # the device itself was full (other candidates beside it), not the budget: again alone
+            self.log(f"{w} {budget:g} GiB {alloc} {dim} {value}: out of memory with the device full beside others; again alone")
+            return None if self.stopped else self.alone_again(w, dim, alloc, budget, value, slot)
+        with self.lock:
             self.candidates.append(c)
             self.ran += 1
             self.log(f"{w} {budget:g} GiB {alloc} {dim} {value}: {c['status']} in {c['seconds']} s"
-                     + (f" ({c['error']})" if c["status"] != "ok" and c.get("error") else ""))
+                     + (f" ({c['error']})" if c["status"] != "ok" and c.get("error") else "")
+                     + (" [beside others]" if c["shared"] else ""))
             self.write()
         return c["status"] == "ok"
+
+    def alone_again(self, w, dim, alloc, budget, value, slot):
+        """Gives back its shared slot, measures with the GPU to itself, takes a shared slot again (run() gives it back)."""
+        self.gpu.give(slot, False)
+        try:
+            return self.run(w, dim, alloc, budget, value, alone=True)
+        finally:
+            slot.clear()
+            self.gpu.take(slot, False)
 
     def bounds(self, w, dim, alloc, budget):
         """What this allocator's earlier candidates say: the largest value known to fit under
@@ -254,7 +332,7 @@ class Search:
         return lo, hi
 
     def largest(self, w, dim, alloc, budget, start, step):
-        """Gallops from `start` (up by `step`, doubling, while it trains; down while nothing is
+        """Gallops from `start` (up by step, 2 step, ... while it trains; down while nothing is
         known to train), then bisects: (the largest that trains, or 0; whether it finished)."""
         lo, hi = self.bounds(w, dim, alloc, budget)
         if hi is not None and hi <= lo:  # noise: a value failed below one that trained; trust the fit
@@ -278,38 +356,54 @@ class Search:
         return lo, True
 
     def go(self):
-        for w, dim in self.workloads:
-            for budget in self.budgets:
-                found = {}
-                for alloc in self.allocators:
-                    if self.stopped:
-                        break
-                    lo, _ = self.bounds(w, dim, alloc, budget)
-                    smaller = [b for b in self.budgets if b < budget]
-                    if found:  # another allocator's answer under this budget: start there, small steps
-                        start, step = max(1, min(found.values())), 1
-                    elif lo > 0 and smaller:  # this allocator's answer under a smaller budget, scaled
-                        start, step = max(lo + 1, int(lo * budget / smaller[-1])), max(1, lo // 4)
-                    else:
-                        start = DEFAULT_BATCH[w] if dim == "batch" else SEQ_UNIT
-                        step = start
-                    self.log(f"== {w} ({dim}) under {budget:g} GiB, {alloc}: from {start}")
-                    best, done = self.largest(w, dim, alloc, budget, start, step)
-                    found[alloc] = best
-                    self.add_row(w, dim, alloc, budget, best, done)
+        if self.jobs == 1:
+            for w, dim in self.workloads:
+                self.workload(w, dim)
+        else:  # workloads side by side, each searched in order; every answer timed alone
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(self.jobs) as pool:
+                list(pool.map(lambda wd: self.workload(*wd), self.workloads))
         self.write()
         return self
 
+    def workload(self, w, dim):
+        for budget in self.budgets:
+            found = {}
+            for alloc in self.allocators:
+                if self.stopped:
+                    break
+                lo, _ = self.bounds(w, dim, alloc, budget)
+                smaller = [b for b in self.budgets if b < budget]
+                if found:  # another allocator's answer under this budget: start there, small steps
+                    start, step = max(1, min(found.values())), 1
+                elif lo > 0 and smaller:  # this allocator's answer under a smaller budget, scaled
+                    start, step = max(lo + 1, int(lo * budget / smaller[-1])), max(1, lo // 4)
+                else:
+                    start = DEFAULT_BATCH[w] if dim == "batch" else SEQ_UNIT
+                    step = start
+                self.log(f"== {w} ({dim}) under {budget:g} GiB, {alloc}: from {start}")
+                best, done = self.largest(w, dim, alloc, budget, start, step)
+                found[alloc] = best
+                self.add_row(w, dim, alloc, budget, best, done)
+
     def add_row(self, w, dim, alloc, budget, best, done):
-        c = self.known(w, dim, alloc, budget, best) if best else None
+        if best and self.known(w, dim, alloc, budget, best, alone=True) is None:
+            # the answer trained beside other candidates: its step time comes from a run alone
+            self.log(f"{w} {budget:g} GiB {alloc} {dim} {best}: timed alone")
+            self.run(w, dim, alloc, budget, best, alone=True)
+        c = (self.known(w, dim, alloc, budget, best, alone=True) or self.known(w, dim, alloc, budget, best)) if best else None
         st, tps = summarize(c, self.steps) if c else (None, None)
         row = {"workload": w, "dim": dim, "budget_gib": budget, "allocator": alloc, "largest": best, "complete": done,
                "at_max": done and best >= self.max_value, "step_s": st, "tokens_per_s": tps,
                "peak_reserved_bytes": c.get("peak_reserved_bytes") if c else None,
                "max_len": c.get("max_len") if c else None, "budget_via": c.get("budget_via") if c else None,
                "capacity_bytes": c.get("capacity_bytes") if c else None,
+               # the allocator held more than the budget: the budget did not hold for it
+               "over_budget": bool(c and c.get("peak_reserved_bytes") and c["peak_reserved_bytes"] > budget * GiB),
                "candidates": sum(1 for x in self.candidates if (x["workload"], x["dim"], x["allocator"], x["budget_gib"]) == (w, dim, alloc, budget))}
-        self.rows = [r for r in self.rows if (r["workload"], r["dim"], r["budget_gib"], r["allocator"]) != (w, dim, budget, alloc)] + [row]
+        order = lambda r: ([x[0] for x in self.workloads].index(r["workload"]), r["budget_gib"], self.allocators.index(r["allocator"]))  # noqa: E731
+        with self.lock:
+            self.rows = sorted([r for r in self.rows if (r["workload"], r["dim"], r["budget_gib"], r["allocator"]) != (w, dim, budget, alloc)] + [row], key=order)
         self.log(f"-> {w} {budget:g} GiB {alloc}: largest {dim} {best}" + ("" if done else " (incomplete)")
                  + (f", {st:.3f} s/step, {tps:.0f} tokens/s" if st is not None and tps is not None else ""))
 
@@ -332,6 +426,10 @@ class Search:
             peak = None if r["peak_reserved_bytes"] is None else r["peak_reserved_bytes"] / GiB
             lines.append(f"| {r['workload']} | {r['budget_gib']:g} | {r['allocator']} | {largest} | {fmt(r['step_s'], '.3f')} | "
                          f"{fmt(r['tokens_per_s'], '.0f')} | {fmt(peak, '.2f')} | {r['candidates']} |")
+        over = [r for r in self.rows if r.get("over_budget")]
+        if over:
+            lines += ["", "Peak reserved past the budget (the budget did not hold for that allocator):"]
+            lines += [f"- {r['workload']} {r['budget_gib']:g} GiB {r['allocator']}: {r['peak_reserved_bytes'] / GiB:.2f} GiB" for r in over]
         errors = [c for c in self.candidates if c["status"] == "error"]
         if errors:
             lines += ["", "Candidates that failed with something other than out of memory (counted as not training):"]
@@ -343,7 +441,7 @@ class Search:
     def write(self):
         os.makedirs(self.a.out, exist_ok=True)
         doc = {"steps": self.steps, "budgets_gib": self.budgets, "allocators": self.allocators,
-               "workloads": [f"{w}:{d}" for w, d in self.workloads], "stopped": self.stopped, "ran": self.ran,
+               "workloads": [f"{w}:{d}" for w, d in self.workloads], "jobs": self.jobs, "stopped": self.stopped, "ran": self.ran,
                "seconds": round(time.monotonic() - self.t0, 1), "rows": self.rows, "candidates": self.candidates}
         for name, text in (("largest-batch.json", json.dumps(doc, indent=1)), ("largest-batch.md", self.markdown())):
             path = os.path.join(self.a.out, name)
@@ -362,7 +460,7 @@ def main(argv):
     workloads, budgets, allocators = plan(a)
     s = Search(a, workloads, budgets, allocators)
     s.log(f"workloads {', '.join(w for w, _ in workloads)}; budgets {', '.join(f'{b:g}' for b in budgets)} GiB; "
-          f"allocators {', '.join(allocators)}; {s.steps} steps; time limit {s.limit:g} s"
+          f"allocators {', '.join(allocators)}; {s.steps} steps; {s.jobs} candidate(s) at once; time limit {s.limit:g} s"
           + (f"; {len(s.candidates)} candidates from {a.resume}" if a.resume else ""))
     s.go()
     print(s.markdown(), end="")

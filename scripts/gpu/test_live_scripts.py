@@ -650,7 +650,7 @@ WORKLOADS = {"gpt2_ft": lambda n: train_loop(None, 50257, 8, [1000, 500, 800, 10
              "qwen_lora_bigvocab": lambda n: train_loop(None, 151936, 2, [4000, 2000, 1000, 3000][:n], None)}
 def main():
     WORKLOADS[args.name](args.steps)
-    print("RESULT " + json.dumps({"workload": args.name, "allocator": args.allocator, "step_s": steps_out, "peak_reserved_bytes": 5 << 30, "gpu": "fake", "torch": "fake"}))
+    print("RESULT " + json.dumps({"workload": args.name, "allocator": args.allocator, "step_s": steps_out, "peak_reserved_bytes": int(os.environ.get("FAKE_PEAK_GIB", "5")) << 30, "gpu": "fake", "torch": "fake"}))
 """
 LB_PER = {"pytorch": 1.2, "pytorch-expandable": 1.05, "ours:vms": 1.0}
 LB_LENS = {"gpt2_ft": ([1000, 500, 800, 1000], 8), "qwen_lora_bigvocab": ([4000, 2000, 1000, 3000], 2)}
@@ -741,6 +741,12 @@ class LargestBatch(unittest.TestCase):
         self.assertIn("again alone", p.stdout)
         self.assertEqual([r["largest"] for r in three["rows"]], [r["largest"] for r in one["rows"]])
         self.assertFalse([c for c in three["candidates"] if c["status"] == "oom" and c["shared"]])
+
+    def test_a_budget_that_did_not_hold_is_said(self):
+        p, doc = self.lb("--workloads", "gpt2_ft", "--budgets", "24", "--allocators", "pytorch", FAKE_PEAK_GIB="30")
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertTrue(doc["rows"][0]["over_budget"])
+        self.assertIn("- gpt2_ft 24 GiB pytorch: 30.00 GiB", p.stdout)
 
     def test_ours_takes_the_budget_directly_where_the_hook_is_missing(self):
         p, doc = self.lb("--workloads", "gpt2_ft", "--budgets", "24", "--allocators", "ours:vms,pytorch", FAKE_NO_HOOK="1")
