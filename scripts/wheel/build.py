@@ -190,6 +190,11 @@ def check_binaries(files):
     return versions, sorted(external)
 
 
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def record_hash(data):
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
@@ -244,7 +249,7 @@ def build(out_dir):
         name = f"gmlake_torch-{version}-{tag}.whl"
         info = f"gmlake_torch-{version}.dist-info"
         extra = {
-            "gmlake_torch_autoenable.pth": open(PTH, "rb").read(),
+            "gmlake_torch_autoenable.pth": read(PTH),
             f"{info}/METADATA": metadata(version, external, DESCRIPTION).encode(),
             f"{info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: gmlake scripts/wheel/build.py\nRoot-Is-Purelib: false\nTag: {tag}\n").encode(),
             f"{info}/entry_points.txt": b"[console_scripts]\ngmlake-torch = gmlake_torch.cli:main\n",
@@ -268,9 +273,7 @@ def build(out_dir):
                 unpacked += len(data)
 
             for arc, p in sorted(files):
-                with open(p, "rb") as f:
-                    data = f.read()
-                put(arc, data, 0o755 if is_elf(p) else 0o644)
+                put(arc, read(p), 0o755 if is_elf(p) else 0o644)
             for arc in sorted(extra):
                 put(arc, extra[arc])
             record.write(f"{info}/RECORD,,\n")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The wheel as a user gets it: built here, installed with pip (--no-index) into a fresh venv
+# The wheel as a user gets it: built here, checked on its own terms (check_wheel.py: RECORD,
+# tags, no leftovers or duplicates, the glibc tag read back with readelf), installed with pip (--no-index) into a fresh venv
 # (python3 -m venv: Debian's python3-venv) in a temp folder, then run from outside the source
 # tree with neither node nor a compiler on PATH:
 #   1. `python -m gmlake_torch --help` exits 0, `info` finds the library, libnode and the hook;
@@ -24,6 +25,8 @@ trap 'exit 130' INT TERM HUP
 bash "$root/scripts/wheel/build.sh" "$@" --out "$tmp/dist" --json >"$tmp/build.json"
 whl=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["wheel"])' "$tmp/build.json")
 python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("%s: %.1f MiB, GLIBC %s, GLIBCXX %s" % (r["name"], r["bytes"] / 1048576, r["glibc"], r["glibcxx"]))' "$tmp/build.json"
+
+python3 "$root/scripts/wheel/check_wheel.py" "$whl" || fail "check_wheel.py"
 
 # Debian's python3 where there is one (its python3-venv), else the python3 on PATH.
 py=/usr/bin/python3
