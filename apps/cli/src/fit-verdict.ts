@@ -28,6 +28,18 @@ export interface FitVerdict {
   fits: boolean | null;
   /** capacity - reserve - smallest capacity (negative: short by that much); null without --capacity. */
   headroomBytes: number | null;
+  /**
+   * The limit no allocator goes below: the trace's peak of requested bytes, and its peak of
+   * allocated bytes after PyTorch's rounding (the same for every policy).
+   */
+  peakRequestedBytes: number | null;
+  peakAllocatedBytes: number | null;
+  /** smallestCapacityBytes - peakRequestedBytes, and that as a percentage of peakRequestedBytes; null where either is unknown. */
+  gapBytes: number | null;
+  gapPercent: number | null;
+  /** The same against peakAllocatedBytes. */
+  gapToAllocatedBytes: number | null;
+  gapToAllocatedPercent: number | null;
   /** How to run the allocator this policy models. */
   howToRun: string;
   /** Whether PyTorch offers it today (caching, expandable) or it needs our live allocator. */
@@ -54,7 +66,7 @@ export function howToRun(policy: string, recordedConf: string): { howToRun: stri
  * The fit search for one trace x policy, always on the sim driver (dozens of replays; a
  * real driver would need the memory), with the policy's knobs and the trace's settings.
  */
-export function fitVerdict(t: LoadedTrace, policy: string, options: Record<string, unknown>, budget: DeviceBudget, measured: { fits?: boolean | null; peakReservedBytes?: number; peakRequestedBytes?: number }): FitVerdict {
+export function fitVerdict(t: LoadedTrace, policy: string, options: Record<string, unknown>, budget: DeviceBudget, measured: { fits?: boolean | null; peakReservedBytes?: number; peakRequestedBytes?: number; peakAllocatedBytes?: number }): FitVerdict {
   const s = t.snapshot;
   const f = asUsage(() =>
     smallestCapacity(s.events, {
@@ -69,6 +81,10 @@ export function fitVerdict(t: LoadedTrace, policy: string, options: Record<strin
   );
   const smallest = f.smallestCapacityBytes;
   const cap = budget.allocatorBytes;
+  const requested = measured.peakRequestedBytes ?? null;
+  const allocated = measured.peakAllocatedBytes ?? null;
+  const gap = (limit: number | null) => (smallest === null || limit === null ? null : smallest - limit);
+  const percent = (limit: number | null) => (smallest === null || limit === null || limit <= 0 ? null : (100 * (smallest - limit)) / limit);
   return {
     trace: t.name,
     policy,
@@ -81,6 +97,12 @@ export function fitVerdict(t: LoadedTrace, policy: string, options: Record<strin
     capacityBytes: budget.capacityBytes,
     fits: measured.fits === undefined ? (cap === null || smallest === null ? null : smallest <= cap) : measured.fits,
     headroomBytes: cap === null || smallest === null ? null : cap - smallest,
+    peakRequestedBytes: requested,
+    peakAllocatedBytes: allocated,
+    gapBytes: gap(requested),
+    gapPercent: percent(requested),
+    gapToAllocatedBytes: gap(allocated),
+    gapToAllocatedPercent: percent(allocated),
     ...howToRun(policy, s.allocatorSettings.allocConf),
   };
 }
@@ -98,9 +120,9 @@ export const MAX_SPLIT_MIB = [64, 256, 1024];
  * a user can set today, for the advice. `fits` is the search's (smallest <= capacity -
  * reserve): these are not replayed under --capacity.
  */
-export function maxSplitVerdicts(t: LoadedTrace, knobs: Record<string, unknown>, budget: DeviceBudget, peakRequestedBytes: number): FitVerdict[] {
+export function maxSplitVerdicts(t: LoadedTrace, knobs: Record<string, unknown>, budget: DeviceBudget, limit: { peakRequestedBytes: number; peakAllocatedBytes: number }): FitVerdict[] {
   return MAX_SPLIT_MIB.map((mib) => {
-    const v = fitVerdict(t, "caching", { ...knobs, maxSplitSize: mib * 2 ** 20 }, budget, { fits: null, peakRequestedBytes });
+    const v = fitVerdict(t, "caching", { ...knobs, maxSplitSize: mib * 2 ** 20 }, budget, { fits: null, ...limit });
     const fits = budget.allocatorBytes === null || v.smallestCapacityBytes === null ? null : v.smallestCapacityBytes <= budget.allocatorBytes;
     return { ...v, policy: `caching max_split_size_mb:${mib}`, howToRun: `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:${mib}`, inPyTorch: true, fits };
   });

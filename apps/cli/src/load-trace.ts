@@ -1,6 +1,8 @@
 import { basename } from "node:path";
-import { envReadLimits, parseReadLimits, readSnapshot, readSnapshotStream, type ReadLimits, type Snapshot } from "@gmlake/torch-trace";
+import { READ_LIMIT_NAMES, readSnapshot, readSnapshotStream, type ReadLimitName, type ReadLimits, type Snapshot } from "@gmlake/torch-trace";
 import { UsageError } from "./cli-error.js";
+import { parseSize } from "./sizes.js";
+import { didYouMean } from "./suggest.js";
 import { DEFAULT_TRACE } from "./default-trace.js";
 import { noteUnknownActions } from "./unknown-actions.js";
 
@@ -22,6 +24,34 @@ export function nameOf(path: string | undefined): string {
   return path === undefined ? "train_default (embedded)" : traceName(path);
 }
 
+/** The read limits that count bytes (the others count frames, entries). */
+const BYTE_LIMITS = new Set<string>(READ_LIMIT_NAMES.filter((n) => n.endsWith("Bytes")));
+
+/**
+ * `NAME=VALUE,NAME=VALUE` read limits, with one grammar for sizes: a byte limit takes what
+ * --capacity takes (1MiB, 1MB, 1048576; a bare 1M is refused as ambiguous), a count a
+ * plain number (4e6).
+ */
+export function parseLimits(text: string, what: string): Partial<ReadLimits> {
+  const out: Partial<ReadLimits> = {};
+  for (const part of text.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const eq = part.indexOf("=");
+    const name = (eq < 0 ? part : part.slice(0, eq)).trim();
+    const value = eq < 0 ? "" : part.slice(eq + 1).trim();
+    if (!(READ_LIMIT_NAMES as readonly string[]).includes(name)) {
+      throw new UsageError(`${what}: unknown read limit '${name.slice(0, 40)}'${didYouMean(name, READ_LIMIT_NAMES)} (known: ${READ_LIMIT_NAMES.join(", ")})`);
+    }
+    let n: number;
+    if (BYTE_LIMITS.has(name)) n = parseSize(value, `${what} ${name}`);
+    else {
+      n = /^\d+(\.\d+)?(e\d{1,2})?$/.test(value) ? Number(value) : NaN;
+      if (!Number.isSafeInteger(n) || n <= 0) throw new UsageError(`${what}: read limit ${name} counts, and needs a positive integer (e.g. 4e6), not '${value.slice(0, 40)}'`);
+    }
+    out[name as ReadLimitName] = n;
+  }
+  return out;
+}
+
 let limits: Partial<ReadLimits> = {};
 
 /**
@@ -30,16 +60,14 @@ let limits: Partial<ReadLimits> = {};
  */
 export function setReadLimits(flags: unknown): void {
   const list = flags === undefined ? [] : Array.isArray(flags) ? flags : [flags];
-  try {
-    limits = envReadLimits();
-  } catch (e) {
-    throw new UsageError(`GMLAKE_READ_LIMITS: ${(e as Error).message}`);
-  }
+  const env = process.env.GMLAKE_READ_LIMITS;
+  limits = env === undefined ? {} : parseLimits(env, "GMLAKE_READ_LIMITS");
+  const given = new Map<string, number>();
   for (const f of list) {
-    try {
-      Object.assign(limits, parseReadLimits(String(f)));
-    } catch (e) {
-      throw new UsageError(`--limit: ${(e as Error).message}`);
+    for (const [name, n] of Object.entries(parseLimits(String(f), "--limit"))) {
+      if (given.has(name) && given.get(name) !== n) throw new UsageError(`--limit ${name} given twice: give it once`);
+      given.set(name, n);
+      Object.assign(limits, { [name]: n });
     }
   }
 }

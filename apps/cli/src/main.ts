@@ -1,11 +1,13 @@
 #!/usr/bin/env node
-import { parseArgs } from "node:util";
 import { terminalSafe } from "@gmlake/output";
 import { EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OUTPUT, EXIT_RESOURCE, UsageError, isInputError, isOutputError, isResourceError } from "./cli-error.js";
 import type { Command } from "./command.js";
 import { COMMANDS } from "./commands/index.js";
 import { setReadLimits } from "./load-trace.js";
 import { printText } from "./outputs.js";
+import { formatHelp } from "./help.js";
+import { parseCommandLine } from "./parse-args.js";
+import { didYouMean } from "./suggest.js";
 
 const HELP = `gmlake: how much GPU memory each allocator wastes on your PyTorch job
 
@@ -25,30 +27,10 @@ Exit codes: 0 success (an out-of-memory found by a replay is a result), 2 bad in
 machine hit by the host driver (ulimit -n, vm.max_map_count), 1 internal failure,
 or for verify: a mismatch.`;
 
-/** `--export FORMAT FILE` takes two words; parseArgs takes one, so join them as FORMAT=FILE. */
-function joinExportArgs(argv: string[]): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    const next = argv[i + 1];
-    const file = argv[i + 2];
-    if (a === "--export" && next !== undefined && !next.includes("=") && file !== undefined && !file.startsWith("-")) {
-      out.push(`--export=${next}=${file}`);
-      i += 2;
-    } else out.push(a);
-  }
-  return out;
-}
-
 async function runCommand(cmd: Command, argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: joinExportArgs(argv),
-    options: { ...cmd.options, help: { type: "boolean", short: "h" }, limit: { type: "string", multiple: true } },
-    allowPositionals: cmd.positionals !== "none",
-    strict: true,
-  });
+  const { values, positionals } = parseCommandLine(cmd, argv);
   if (values.help) {
-    printText(cmd.help);
+    printText(formatHelp(cmd.help));
     return 0;
   }
   if (cmd.positionals === "one" && positionals.length !== 1) {
@@ -66,11 +48,11 @@ export async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
   try {
     if (name === undefined) {
-      process.stderr.write(HELP + "\n");
+      process.stderr.write(formatHelp(HELP) + "\n");
       return EXIT_BAD_INPUT;
     }
     if (name === "--help" || name === "-h" || name === "help") {
-      printText(HELP);
+      printText(formatHelp(HELP));
       return 0;
     }
     if (name === "--version" || name === "-V") {
@@ -78,7 +60,10 @@ export async function main(argv: string[]): Promise<number> {
       return 0;
     }
     const cmd = COMMANDS.find((c) => c.name === name);
-    if (!cmd) throw new UsageError(`unknown command '${name}' (commands: ${COMMANDS.map((c) => c.name).join(", ")})`);
+    if (!cmd) {
+      const names = COMMANDS.map((c) => c.name);
+      throw new UsageError(`unknown command '${name}'${didYouMean(name, names) || ` (commands: ${names.join(", ")})`}`);
+    }
     return await runCommand(cmd, rest);
   } catch (e) {
     // One line, with whatever of the user's data it quotes made safe for a terminal.

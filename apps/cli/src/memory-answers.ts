@@ -4,7 +4,7 @@ import { SimDriver } from "@gmlake/vmm";
 import type { LoadedTrace } from "./load-trace.js";
 import { asUsage } from "./options.js";
 import { formatBytes } from "./sizes.js";
-import { fitCell, textTable, wrap, type Column } from "./table.js";
+import { fitCell, terminalWidth, textTable, wrap, type Column } from "./table.js";
 
 /** One policy's memory at its own peak reserved, and over the whole run. */
 export interface PolicyPeak {
@@ -21,10 +21,14 @@ export interface PolicyPeak {
   /** Over the whole run. */
   numAllocRetries: number;
   numOoms: number;
+  /** Under a capacity: the out-of-memory the replay stopped at (its figures end there); else null. */
+  stoppedAtEvent: number | null;
 }
 
 export interface MemoryAnswers {
   trace: string;
+  /** The capacity the replays ran under (compare --capacity less the reserve), or null. */
+  capacityBytes: number | null;
   /** Whether the trace has stacks (recorded with context="all", stacks="python"). */
   hasStacks: boolean;
   sites: SitesAtPeak;
@@ -32,16 +36,17 @@ export interface MemoryAnswers {
 }
 
 /** What holds the memory at the trace's peak, and what each policy's memory looks like at its own. Sim driver. */
-export function memoryAnswers(t: LoadedTrace, policies: readonly string[], knobs: (policy: string) => Record<string, unknown>, top = 10): MemoryAnswers {
+export function memoryAnswers(t: LoadedTrace, policies: readonly string[], knobs: (policy: string) => Record<string, unknown>, top = 10, x: { capacity?: number } = {}): MemoryAnswers {
   const s = t.snapshot;
   const frames = s.frames ?? [];
   const sites = sitesAtPeak(s.events, frames, top);
   const pools = privatePoolTags(s.events, s.segments);
   const out: PolicyPeak[] = [];
   for (const policy of policies) {
-    const o = { policy, options: knobs(policy), settings: s.allocatorSettings, pools };
-    const full = asUsage(() => replay(s.events, { ...o, driver: new SimDriver(), recorder: null, onOom: "continue" }));
-    const atPeak = asUsage(() => memoryAtPeak(s.events, { ...o, driver: new SimDriver(), onOom: "continue", peakReservedEventIndex: full.peakReservedEventIndex }));
+    // under a capacity, as compare's replays run: stopped at the first out-of-memory
+    const o = { policy, options: knobs(policy), settings: s.allocatorSettings, pools, capacity: x.capacity, onOom: x.capacity === undefined ? "continue" : "stop" } as const;
+    const full = asUsage(() => replay(s.events, { ...o, driver: new SimDriver(), recorder: null }));
+    const atPeak = asUsage(() => memoryAtPeak(s.events, { ...o, driver: new SimDriver(), peakReservedEventIndex: full.peakReservedEventIndex }));
     out.push({
       policy,
       peakReservedBytes: full.peakReservedBytes,
@@ -52,9 +57,10 @@ export function memoryAnswers(t: LoadedTrace, policies: readonly string[], knobs
       wasteAtPeakBytes: atPeak ? atPeak.all.reservedBytes - atPeak.all.requestedBytes : 0,
       numAllocRetries: full.numAllocRetries,
       numOoms: full.ooms,
+      stoppedAtEvent: x.capacity !== undefined && full.oom ? full.oom.eventIndex : null,
     });
   }
-  return { trace: t.name, hasStacks: frames.some((f) => f !== undefined && f.length > 0), sites, policies: out };
+  return { trace: t.name, capacityBytes: x.capacity ?? null, hasStacks: frames.some((f) => f !== undefined && f.length > 0), sites, policies: out };
 }
 
 /** A site's file as a person reads it: the path inside site-packages (or the path given). */
@@ -64,7 +70,7 @@ export function shortFile(label: string): string {
 
 const gib = (b: number) => formatBytes(b);
 
-/** The sites table: bytes, blocks, share of the peak, site. Fits 100 columns. */
+/** The sites table: bytes, blocks, share of the peak, site. Fits the terminal. */
 export function sitesText(a: MemoryAnswers): string {
   const p = a.sites;
   const lines: string[] = [];
@@ -78,9 +84,12 @@ export function sitesText(a: MemoryAnswers): string {
     { header: "held", value: (s) => gib(s.bytes) },
     { header: "share", value: (s) => `${((100 * s.bytes) / Math.max(1, p.peakRequestedBytes)).toFixed(1)}%` },
     { header: "blocks", value: (s) => String(s.blocks) },
-    { header: "site (innermost frame outside PyTorch)", align: "left", value: (s) => fitCell(shortFile(s.label), 66) },
   ];
-  lines.push(textTable(p.sites, cols).replace(/^/gm, "  "));
+  // the site gets what the terminal has left after the figures (its start elided)
+  const figures = cols.reduce((w, c) => w + 2 + Math.max(c.header.length, ...p.sites.map((s) => c.value(s).length)), 2);
+  const room = Math.max(24, terminalWidth() - figures);
+  cols.push({ header: "site (innermost frame outside PyTorch)", align: "left", value: (s) => fitCell(shortFile(s.label), room) });
+  lines.push(textTable(p.sites, cols, { width: Infinity }).replace(/^/gm, "  "));
   return lines.join("\n");
 }
 

@@ -2,6 +2,7 @@ import { H200_BYTES, createDriver, defaultHostCapacity, type VmmDriver } from "@
 import { getPolicy, listPolicies, loadPolicyModules, StitchError } from "@gmlake/stitch";
 import { STITCH_INPUT_CODES, UsageError } from "./cli-error.js";
 import { formatBytes, parseSize } from "./sizes.js";
+import { closest } from "./suggest.js";
 
 export type DriverChoice = "sim" | "host" | "cuda" | "auto";
 const DRIVERS: readonly DriverChoice[] = ["sim", "host", "cuda", "auto"];
@@ -51,7 +52,9 @@ export function checkPolicy(name: string): string {
   try {
     getPolicy(name);
   } catch {
-    throw new UsageError(`unknown policy '${name}' (policies: ${listPolicies().map((p) => p.name).join(", ")})`);
+    const names = listPolicies().map((p) => p.name);
+    const near = closest(name, names);
+    throw new UsageError(`unknown policy '${name}'${near ? `: did you mean ${near}?` : ""} (policies: ${names.join(", ")})`);
   }
   return name;
 }
@@ -67,7 +70,11 @@ export function parseSets(values: unknown): Record<string, string> {
     const text = String(item);
     const eq = text.indexOf("=");
     if (eq <= 0) throw new UsageError(`invalid --set '${text}': expected key=value`);
-    out[text.slice(0, eq).trim()] = text.slice(eq + 1).trim();
+    const key = text.slice(0, eq).trim();
+    const value = text.slice(eq + 1).trim();
+    // a knob set twice to different values: which one was meant?
+    if (Object.hasOwn(out, key) && out[key] !== value) throw new UsageError(`--set ${key} given twice ('${out[key]}', then '${value}'): give it once`);
+    out[key] = value;
   }
   return out;
 }

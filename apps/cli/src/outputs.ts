@@ -5,13 +5,14 @@
  */
 import { terminalSafe, terminalSafeJson, writeOutputFile, writeStdout, type OutputTarget } from "@gmlake/output";
 import {
+  EventKind,
+  EventLog,
   exportMemoryViz,
   plotSvg,
   sampleTimeline,
   toChromeTrace,
   toRmmCsv,
   type AllocatorSettings,
-  type EventLog,
   type MemoryVizOptions,
   type PlotSeries,
   type StackFrame,
@@ -79,6 +80,39 @@ export interface PlotRun {
 }
 
 /**
+ * A replay's log without the physical handles an all-or-nothing batch created and released
+ * again, never mapped (expandable's and GMLake's failed grows under a capacity): PyTorch
+ * does not count them as reserved, nor does the engine's peak, so neither does the plot.
+ */
+export function committedLog(log: EventLog): EventLog {
+  const { kind, aux } = log;
+  const pending = new Map<number, number>(); // handle id -> row of its create, since the last map
+  const drop = new Set<number>();
+  for (let i = 0; i < log.length; i++) {
+    const k = kind[i];
+    if (k === EventKind.physicalCreate) pending.set(aux[i]!, i);
+    else if (k === EventKind.map) pending.clear();
+    else if (k === EventKind.physicalRelease) {
+      const at = pending.get(aux[i]!);
+      if (at !== undefined) {
+        drop.add(at).add(i);
+        pending.delete(aux[i]!);
+      }
+    }
+  }
+  if (drop.size === 0) return log;
+  const out = new EventLog(log.length - drop.size);
+  for (const raw of log.streams) out.streamId(raw);
+  for (let i = 0; i < log.length; i++) {
+    if (!drop.has(i)) out.push(kind[i] as EventKind, log.addr[i]!, log.size[i]!, log.stream[i]!, log.device[i]!, log.timeUs[i]!, aux[i]!);
+  }
+  return out;
+}
+
+/** Dash patterns told apart from one another, the recorded line's dots and the capacity's dash-dot. */
+const DASHES = ["8 4", "3 3", "14 4", "1 3", "6 2 1 2", "12 3 3 3", "4 6", "20 4"];
+
+/**
  * The SVG of a trace: its allocated bytes, each run's reserved bytes over time, and PyTorch's
  * own recorded reserved curve on top (what PyTorch did), the capacity line and the
  * out-of-memory markers.
@@ -86,15 +120,15 @@ export interface PlotRun {
 export function plotOf(title: string, runs: readonly PlotRun[], recorded: EventLog, o: { capacityBytes?: number | null; capacityLabel?: string; recordedMode?: string } = {}): string {
   const rec = sampleTimeline(recorded);
   const series: PlotSeries[] = [];
-  for (const r of runs) {
-    const tl = sampleTimeline(r.log);
-    series.push({ label: r.label, reserved: tl.reserved, startUs: tl.startUs, oomAtUs: r.oomAtUs });
+  for (const [i, r] of runs.entries()) {
+    const tl = sampleTimeline(committedLog(r.log));
+    series.push({ label: r.label, reserved: tl.reserved, startUs: tl.startUs, oomAtUs: r.oomAtUs, dash: DASHES[i % DASHES.length], directLabel: true });
   }
   series.push({ label: "allocated", allocated: rec.allocated, startUs: rec.startUs, color: "#7f7f7f" });
   series.push({ label: `PyTorch ${o.recordedMode ?? ""} (recorded)`.replace("  ", " "), reserved: rec.reserved, startUs: rec.startUs, emphasis: "recorded" });
   return plotSvg(series, {
     title: `${title}: reserved per allocator vs allocated`,
-    subtitle: "dashed: each allocator's reserved, replayed on the same requests; dotted black: what PyTorch reserved; grey: allocated; peaks in GiB",
+    subtitle: "dashed, one dash and colour each, named at the end: each allocator's reserved on the same requests; dotted black: PyTorch's; grey: allocated",
     capacityBytes: o.capacityBytes ?? undefined,
     capacityLabel: o.capacityLabel,
   });

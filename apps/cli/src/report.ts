@@ -2,7 +2,7 @@ import type { CompareRow, RecordedRow } from "./commands/compare.js";
 import type { DeviceBudget } from "./device-budget.js";
 import type { FitVerdict } from "./fit-verdict.js";
 import { shortFile, type MemoryAnswers } from "./memory-answers.js";
-import { formatBytes } from "./sizes.js";
+import { COLUMNS, REPORT, gib, type Line } from "./compare-columns.js";
 
 /** One trace's section of the report. */
 export interface ReportTrace {
@@ -25,7 +25,6 @@ export interface ReportInput {
 }
 
 const esc = (s: string): string => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
-const gib = (b: number): string => formatBytes(b);
 
 const CSS = `
 body{font:15px/1.45 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:#1d1d1f;margin:0;background:#f6f7f9}
@@ -57,25 +56,25 @@ function table(head: string[], rows: string[][], opts: { left?: number[]; rowCla
   return `<div class="scroll"><table><thead><tr>${th}</tr></thead><tbody>\n${body}\n</tbody></table></div>`;
 }
 
+/** The report's table: compare's own columns (compare-columns.ts), so its figures are the terminal's. */
 function compareTable(t: ReportTrace): string {
-  const head = ["allocator", "peak reserved", "peak requested", "waste", "utilization", "fits", "smallest GPU", "headroom", "driver calls"];
-  const rows: string[][] = [];
-  const r0 = t.recorded;
-  rows.push([`PyTorch ${r0.mode} (recorded)`, gib(r0.peakReservedBytes), gib(r0.peakRequestedBytes), gib(r0.peakReservedBytes - r0.peakRequestedBytes), r0.utilization.toFixed(3), "-", "-", "-", "-"]);
-  const classes = ["rec"];
-  for (const r of t.rows) {
-    const f = t.fit.find((x) => x.policy === r.policy);
-    const fits = !f || f.fits === null ? "-" : f.fits ? '<span class="yes">yes</span>' : '<span class="no">no</span>';
-    const calls = Object.values(r.driverCalls).reduce((a, b) => a + b, 0);
-    if (r.finished) {
-      rows.push([esc(r.policy), gib(r.peakReservedBytes), gib(r.peakRequestedBytes), gib(r.peakReservedBytes - r.peakRequestedBytes), r.utilization.toFixed(3), fits, f?.smallestDeviceBytes != null ? gib(f.smallestDeviceBytes) : "-", f?.headroomBytes != null ? gib(f.headroomBytes) : "-", String(calls)]);
-      classes.push("");
-    } else {
-      rows.push([esc(r.policy), `OOM at event #${r.oom!.eventIndex}`, "-", "-", "-", fits, f?.smallestDeviceBytes != null ? gib(f.smallestDeviceBytes) : "-", f?.headroomBytes != null ? gib(f.headroomBytes) : "-", String(calls)]);
-      classes.push("oom");
-    }
-  }
-  return table(head, rows, { rowClass: (i) => classes[i]! });
+  const lines: Line[] = [{ kind: "recorded", r: t.recorded }, ...t.rows.map((r): Line => ({ kind: "replay", r, fit: t.fit.find((f) => f.policy === r.policy) }))];
+  const fitsAt = REPORT.indexOf(COLUMNS.fits);
+  const rows = lines.map((l) =>
+    REPORT.map((c, i) => {
+      const v = c.value(l);
+      if (i === fitsAt && (v === "yes" || v === "no")) return `<span class="${v}">${v}</span>`;
+      return esc(l.kind === "recorded" && c === COLUMNS.allocator ? `PyTorch ${t.recorded.mode} (recorded)` : v);
+    }),
+  );
+  return table(REPORT.map((c) => c.header), rows, { rowClass: (i) => (i === 0 ? "rec" : lines[i]!.kind === "replay" && !(lines[i]!.r as CompareRow).finished ? "oom" : "") });
+}
+
+/** Which replays a section's figures come from: with the capacity or without. */
+function replaysNote(b: DeviceBudget): string {
+  return b.allocatorBytes === null
+    ? "replays without a capacity (each allocator gets all the memory it asks for)"
+    : `replays under --capacity ${gib(b.capacityBytes!)} less the ${gib(b.reserveBytes)} reserve: ${gib(b.allocatorBytes)} for the allocator`;
 }
 
 function sitesSection(a: MemoryAnswers): string {
@@ -105,7 +104,9 @@ function summarySection(a: MemoryAnswers): string {
     ["Non-releasable memory (inactive split)", v((m) => m.all.inactiveSplitBytes)],
     ["Releasable (cached, whole segments or handles)", v((m) => m.releasableBytes)],
     ["Largest free piece", v((m) => m.largestFreeBytes)],
-    ["Waste at the peak (reserved - requested)", ps.map((x) => (x.atPeak ? gib(x.wasteAtPeakBytes) : "-"))],
+    ["Waste at the peak (reserved - requested there)", ps.map((x) => (x.atPeak ? gib(x.wasteAtPeakBytes) : "-"))],
+    ["Peak reserved (run)", ps.map((x) => gib(x.peakReservedBytes))],
+    ["Peak requested (run)", ps.map((x) => gib(x.peakRequestedBytes))],
     ["Allocations", v((m) => m.all.allocations, false)],
     ["GPU reserved segments (handles)", ps.map((x) => (x.atPeak ? `${x.atPeak.all.segments} (${x.atPeak.handles})` : "-"))],
     ["Allocator retries (run)", ps.map((x) => String(x.numAllocRetries))],
@@ -118,7 +119,8 @@ function summarySection(a: MemoryAnswers): string {
       return b && b.pieces ? `${b.pieces} = ${gib(b.bytes)}` : "-";
     })]);
   }
-  return table(["at each allocator's own peak", ...ps.map((x) => x.policy)], rows.map(([n, c]) => [n, ...c]));
+  const head = ps.map((x) => (x.stoppedAtEvent === null ? x.policy : `${x.policy} (OOM at #${x.stoppedAtEvent}: up to there)`));
+  return table(["at each allocator's own peak", ...head], rows.map(([n, c]) => [n, ...c]));
 }
 
 /** The self-contained HTML report: inline CSS and SVG, no script, no network. */
@@ -132,15 +134,16 @@ export function reportHtml(x: ReportInput): string {
   for (const t of x.traces) {
     out.push(`<h2>${esc(t.name)}</h2>`);
     if (t.advice) out.push(`<div class="card advice">${esc(t.advice)}</div>`);
+    out.push(`<p class="meta">The table: ${esc(replaysNote(x.budget))}, on the ${esc(x.driver)} driver. Fits, smallest GPU and above limit: the fit search (sim replays at many capacities). Above limit = smallest capacity - the peak of requested bytes (${gib(t.recorded.peakRequestedBytes)}; ${gib(t.recorded.peakAllocatedBytes)} allocated after PyTorch's rounding), in % of it.</p>`);
     out.push(compareTable(t));
     const alt = t.fit.filter((v) => v.policy.startsWith("caching max_split_size_mb:") && v.smallestDeviceBytes !== null);
     if (alt.length) {
       out.push(`<p class="meta">PyTorch's default allocator with ${alt.map((v) => `<code>${esc(v.howToRun.replace("PYTORCH_CUDA_ALLOC_CONF=", ""))}</code>: ${gib(v.smallestDeviceBytes!)}`).join(", ")} (smallest GPU, searched for the advice).</p>`);
     }
-    if (t.svg) out.push(`<h3>Memory over time</h3><div class="card plot">${t.svg.replace(/^<\?xml[^>]*>/, "")}</div>`);
+    if (t.svg) out.push(`<h3>Memory over time</h3><p class="meta">The table's ${esc(replaysNote(x.budget))}.</p><div class="card plot">${t.svg.replace(/^<\?xml[^>]*>/, "")}</div>`);
     if (t.answers) {
-      out.push(`<h3>What holds the memory at the peak</h3>${sitesSection(t.answers)}`);
-      out.push(`<h3>Each allocator at its own peak (PyTorch's memory_summary names)</h3>${summarySection(t.answers)}`);
+      out.push(`<h3>What holds the memory at the peak</h3><p class="meta">From the recorded trace itself (no replay).</p>${sitesSection(t.answers)}`);
+      out.push(`<h3>Each allocator at its own peak (PyTorch's memory_summary names)</h3><p class="meta">The table's ${esc(replaysNote(x.budget))}, replayed again on the sim driver to stop at each one's peak.</p>${summarySection(t.answers)}`);
     }
   }
   out.push(`</main></body></html>`);

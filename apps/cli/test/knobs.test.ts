@@ -76,6 +76,6 @@ describe("--set: every knob of every policy", () => {
     expect(frag.accepts).toMatch(/byte count/);
     const text = cli(["policies", "vms"]);
     expect(text.code).toBe(0);
-    expect(text.stdout).toMatch(/--set donorOrder=hole\n.*\n\s+accepts one of hole, size/);
+    expect(text.stdout).toMatch(/--set donorOrder=hole\n(.*\n)+?\s+accepts one of hole, size/); // the description wrapped to the terminal
   });
 });

@@ -76,8 +76,8 @@ emit("objects-nested-lists", "objects", raw(PROTO4, rep(EMPTY_LIST, 9e5), rep(AP
 emit("long4-10mb", "decoded", raw(PROTO4, LONG4, u32(10 << 20), Buffer.alloc(10 << 20), STOP), limit("maxIntBytes"));
 emit("long4-100mb", "decoded", raw(PROTO4, LONG4, u32(100 << 20), Buffer.alloc(100 << 20), STOP), limit("maxInflatedBytes"));
 // Strings can decode at most the pickle's own bytes (2x with UTF-16), well within the default;
-// this case runs with `--limit maxDecodedBytes=1M` (its "limits" field) to prove the bound.
-emit("strings-many", "decoded", raw(PROTO4, EMPTY_LIST, MARK, rep([0x58, u32(1 << 20), "x".repeat(1 << 20)], 8), APPENDS, STOP), { ...limit("maxDecodedBytes"), limits: "maxDecodedBytes=1M" });
+// this case runs with `--limit maxDecodedBytes=1MiB` (its "limits" field) to prove the bound.
+emit("strings-many", "decoded", raw(PROTO4, EMPTY_LIST, MARK, rep([0x58, u32(1 << 20), "x".repeat(1 << 20)], 8), APPENDS, STOP), { ...limit("maxDecodedBytes"), limits: "maxDecodedBytes=1MiB" });
 // A text FLOAT of 10^6 digits that does not parse (the old check backtracked for minutes),
 // and one of 3,000 that the linear check must refuse at once.
 emit("float-text-1e6", "parser", raw(0x28, 0x46, "1".repeat(1e6) + "x\n", STOP), limit("maxIntBytes"));

@@ -17,6 +17,10 @@ export interface PlotSeries {
   emphasis?: "recorded";
   /** Time (µs, on the series' clock) of an out-of-memory that stopped the run: marked with a cross. */
   oomAtUs?: number;
+  /** stroke-dasharray of its reserved line (default "7 4"): runs that lie on top of each other stay told apart. */
+  dash?: string;
+  /** Name the reserved line at its right end, in its colour (labels pushed apart so as not to overlap). */
+  directLabel?: boolean;
 }
 
 export interface PlotOptions {
@@ -77,7 +81,9 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
   const W = options.width ?? 960;
   const H = options.height ?? 480;
   const title = options.title ?? "GPU memory over time";
-  const left = 64, right = 20, bottom = 46;
+  const labelled = series.filter((s) => s.directLabel && s.reserved && s.reserved.bytes.length > 0);
+  const left = 64, bottom = 46;
+  const right = 20 + (labelled.length ? Math.ceil(Math.max(...labelled.map((s) => s.label.length)) * 6.4) + 8 : 0);
   const pw = W - left - right;
   const colors = series.map((s, i) => s.color ?? (s.emphasis === "recorded" ? RECORDED_COLOR : PALETTE[i % PALETTE.length]));
 
@@ -170,7 +176,7 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
   };
   const stroke = (i: number, kind: "allocated" | "reserved"): string => {
     if (series[i].emphasis === "recorded") return `stroke="${colors[i]}" stroke-width="2.2" stroke-dasharray="${kind === "allocated" ? "1 0" : "2 3"}" stroke-linecap="round"`;
-    return kind === "allocated" ? `stroke="${colors[i]}" stroke-width="1.4"` : `stroke="${colors[i]}" stroke-width="1.6" stroke-dasharray="7 4"`;
+    return kind === "allocated" ? `stroke="${colors[i]}" stroke-width="1.4"` : `stroke="${colors[i]}" stroke-width="1.6" stroke-dasharray="${series[i].dash ?? "7 4"}"`;
   };
   // Model lines first (reserved dashed, then allocated), the recorded run last: on top.
   const order = [...series.keys()].sort((a, b) => Number(series[a].emphasis === "recorded") - Number(series[b].emphasis === "recorded"));
@@ -179,6 +185,16 @@ export function plotSvg(series: readonly PlotSeries[], options: PlotOptions = {}
     if (s.reserved && s.reserved.bytes.length > 0) out.push(`<path d="${path(s.reserved, starts[i])}" fill="none" ${stroke(i, "reserved")}/>`);
     if (s.allocated && s.allocated.bytes.length > 0) out.push(`<path d="${path(s.allocated, starts[i])}" fill="none" ${stroke(i, "allocated")}/>`);
   }
+  // Direct labels: each named line's name right of the plot at its last value, pushed apart (>= 13 px).
+  const tags = series
+    .map((s, i) => ({ s, i }))
+    .filter(({ s }) => s.directLabel && s.reserved && s.reserved.bytes.length > 0)
+    .map(({ s, i }) => ({ i, label: s.label, y: Y(s.reserved!.bytes[s.reserved!.bytes.length - 1]!) }))
+    .sort((a, b) => a.y - b.y);
+  for (let k = 1; k < tags.length; k++) tags[k]!.y = Math.max(tags[k]!.y, tags[k - 1]!.y + 13);
+  const overflow = tags.length ? tags[tags.length - 1]!.y - (top + ph) : 0;
+  if (overflow > 0) for (const t of tags) t.y -= overflow; // keep the lowest label inside the plot
+  for (const t of tags) out.push(`<text x="${left + pw + 4}" y="${t.y.toFixed(1)}" dy="4" font-size="11" fill="${colors[t.i]}">${esc(t.label)}</text>`);
   // Out-of-memory markers: a cross where the run stopped, at the height it had reached.
   series.forEach((s, i) => {
     if (s.oomAtUs === undefined) return;

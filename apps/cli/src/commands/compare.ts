@@ -14,13 +14,16 @@ import { reportHtml, type ReportTrace } from "../report.js";
 import { Progress } from "../progress.js";
 import { runReplay, type ReplayRow } from "../run-replay.js";
 import { formatBytes } from "../sizes.js";
-import { fitCell, markdownTable, textTable, wrap, type Column } from "../table.js";
+import { markdownTable, textTable, wrap } from "../table.js";
+import { BASE, COLUMNS, VERBOSE, gib, type Line } from "../compare-columns.js";
 
 /** What PyTorch itself recorded in the trace, shown beside the replays. */
 export interface RecordedRow {
   trace: string;
   mode: "caching" | "expandable";
   peakRequestedBytes: number;
+  /** Peak of allocated bytes after PyTorch's rounding (the trace's roundup_power2_divisions). */
+  peakAllocatedBytes: number;
   peakReservedBytes: number;
   utilization: number;
   traceDurationUs: number;
@@ -39,49 +42,6 @@ export interface CompareJson {
   budget: { capacityBytes: number | null; reserveBytes: number; allocatorBytes: number | null };
   advice: { trace: string; text: string }[];
 }
-
-const TRACE_WIDTH = 24;
-
-const gib = (b: number): string => `${(b / 2 ** 30).toFixed(2)} GiB`;
-
-type Line = { kind: "recorded"; r: RecordedRow } | { kind: "replay"; r: CompareRow; fit?: FitVerdict };
-
-/** The figures of a replay that stopped at an out-of-memory are not shown as if it had finished. */
-const finished = (l: Line): boolean => l.kind === "recorded" || l.r.finished;
-
-const BASE: Column<Line>[] = [
-  { header: "trace", align: "left", value: (l) => fitCell(l.r.trace, TRACE_WIDTH) },
-  { header: "allocator", align: "left", value: (l) => (l.kind === "recorded" ? "PyTorch (recorded)" : l.r.policy) },
-  { header: "peak reserved", value: (l) => (finished(l) ? gib(l.r.peakReservedBytes) : "OOM") },
-  {
-    header: "waste",
-    value: (l) => {
-      if (!finished(l)) return "-";
-      const w = l.r.peakReservedBytes - l.r.peakRequestedBytes;
-      return `${gib(w)} ${`${l.r.peakReservedBytes > 0 ? Math.round((100 * w) / l.r.peakReservedBytes) : 0}%`.padStart(3)}`;
-    },
-  },
-  { header: "fits", value: (l) => (l.kind === "recorded" || !l.fit || l.fit.fits === null ? "-" : l.fit.fits ? "yes" : "no") },
-  { header: "smallest GPU", value: (l) => (l.kind === "recorded" || !l.fit ? "-" : l.fit.smallestDeviceBytes === null ? "none" : gib(l.fit.smallestDeviceBytes)) },
-];
-
-const VERBOSE: Column<Line>[] = [
-  { header: "headroom", value: (l) => (l.kind === "replay" && l.fit?.headroomBytes != null ? gib(l.fit.headroomBytes) : "-") },
-  { header: "peak requested", value: (l) => (finished(l) ? gib(l.r.peakRequestedBytes) : "-") },
-  { header: "utilization", value: (l) => (finished(l) ? l.r.utilization.toFixed(3) : "-") },
-  { header: "OOM", value: (l) => (l.kind === "recorded" ? "" : l.r.oom ? `at #${l.r.oom.eventIndex}` : "no") },
-  { header: "driver calls", value: (l) => (l.kind === "recorded" ? "" : String(Object.values(l.r.driverCalls).reduce((a, b) => a + b, 0))) },
-  {
-    header: "driver ms (% of run)",
-    value: (l) =>
-      l.kind === "recorded"
-        ? ""
-        : `${(l.r.driverTimeUs / 1000).toFixed(1)} (${l.r.traceDurationUs > 0 ? ((100 * l.r.driverTimeUs) / l.r.traceDurationUs).toFixed(2) : "-"}%)`,
-  },
-  { header: "2nd-half calls", value: (l) => (l.kind === "recorded" ? "" : String(l.r.driverCallsSecondHalf)) },
-  { header: "M events/s", value: (l) => (l.kind === "recorded" ? "" : (l.r.eventsPerSecond / 1e6).toFixed(2)) },
-  { header: "search replays", value: (l) => (l.kind === "replay" && l.fit ? String(l.fit.searchReplays) : "") },
-];
 
 export const compareCommand: Command = {
   name: "compare",
@@ -201,6 +161,7 @@ Examples:
             fits: budget.capacityBytes === null ? null : s.devices.length > 1 ? undefined : r.finished,
             peakReservedBytes: r.finished ? r.peakReservedBytes : undefined,
             peakRequestedBytes: rec.peakRequestedBytes,
+            peakAllocatedBytes: rec.peakAllocatedBytes,
           });
           verdicts.push(fit);
           out.fit.push(fit);
@@ -210,7 +171,7 @@ Examples:
         done++;
       }
       if (search && policies.includes("caching")) {
-        const alt = maxSplitVerdicts(t, knobs("caching"), budget, rec.peakRequestedBytes);
+        const alt = maxSplitVerdicts(t, knobs("caching"), budget, rec);
         out.alternatives.push(...alt);
         verdicts.push(...alt);
       }
@@ -220,7 +181,8 @@ Examples:
       if (plots[ti]) writeOutputFile(plots[ti], svg!);
       if (reportDir !== undefined) {
         progress.update(done, paths.length * policies.length, `${t.name} peaks`);
-        const answers = memoryAnswers(t, policies, knobs);
+        // the table's replays: under the same capacity, stopped at the same out-of-memory
+        const answers = memoryAnswers(t, policies, knobs, 10, { capacity: budget.allocatorBytes ?? undefined });
         report.push({ name: t.name, recorded: rec, rows: out.rows.filter((r) => r.trace === t.name), fit: verdicts, advice: text, svg, answers });
       }
     }
@@ -236,10 +198,10 @@ Examples:
       return;
     }
     if (values.markdown) {
-      printText(markdownTable(lines, columns));
+      printText(markdownTable(lines, [COLUMNS.trace, ...columns]));
       return;
     }
-    printText(textTable(lines, columns) + "\n\n" + notes(out, budget, driver, search, values.verbose === true).join("\n"));
+    printText(traceTables(lines, columns) + "\n\n" + notes(out, budget, driver, search, values.verbose === true).join("\n"));
   },
 };
 
@@ -249,22 +211,44 @@ function recordedRow(name: string, s: Awaited<ReturnType<typeof loadTrace>>["sna
     trace: name,
     mode: s.allocatorSettings.expandableSegments ? "expandable" : "caching",
     peakRequestedBytes: st.peakRequestedBytes,
+    peakAllocatedBytes: st.peakAllocatedBytes,
     peakReservedBytes: st.peakReservedBytes,
     utilization: st.peakReservedBytes > 0 ? st.peakRequestedBytes / st.peakReservedBytes : 1,
     traceDurationUs: st.lastTimeUs - st.firstTimeUs,
   };
 }
 
-/** What the table means, the sizes as read, and the advice: wrapped at 100 columns. */
+/** One table per trace under a heading that names it and its limit, sized to the terminal. */
+function traceTables(lines: readonly Line[], columns: Parameters<typeof textTable<Line>>[1]): string {
+  const out: string[] = [];
+  let group: Line[] = [];
+  const flush = () => {
+    const rec = group[0];
+    if (rec?.kind !== "recorded") return;
+    const r = rec.r;
+    out.push(`${wrap(`${r.trace}: the limit is ${gib(r.peakRequestedBytes)} requested, ${gib(r.peakAllocatedBytes)} allocated at the peak`)}\n${textTable(group, columns)}`);
+  };
+  for (const l of lines) {
+    if (l.kind === "recorded") {
+      flush();
+      group = [];
+    }
+    group.push(l);
+  }
+  flush();
+  return out.join("\n\n");
+}
+
+/** What the table means, the sizes as read, and the advice: wrapped to the terminal. */
 function notes(out: CompareJson, budget: DeviceBudget, driver: string, search: boolean, verbose: boolean): string[] {
   const n: string[] = [];
-  n.push(wrap(`${out.rows.length} replays on the ${driver} driver; ${budget.echo}. waste = peak reserved - peak requested (the same for every allocator).`));
+  n.push(wrap(`${out.rows.length} replays on the ${driver} driver; ${budget.echo}. recorded = what PyTorch reserved in the trace; waste = peak reserved - peak requested (the same for every allocator).`));
   if (verbose && driver === "sim") {
     // what the modelled column predicts, and how well (BENCHMARKS.md, the fifth driver-time run)
     n.push(wrap("driver ms on sim: modelled with the H200's per-call costs, as if the trace were the first steps of its own process; against such runs on an H200 the model is off by 7% per trace on the mean for vms, 12% for caching and 20% for expandable."));
   }
   if (search) {
-    n.push(wrap(`smallest GPU = the smallest capacity on which the whole trace runs (bisection over sim replays, exact to 2 MiB) + reserve ${formatBytes(budget.reserveBytes)}.`));
+    n.push(wrap(`smallest GPU = the smallest capacity on which the whole trace runs (bisection over sim replays, exact to 2 MiB) + reserve ${formatBytes(budget.reserveBytes)}; above limit = that capacity - the peak requested, in GiB and % of it.`));
   }
   const oom = out.rows.filter((r) => !r.finished);
   if (oom.length) n.push(wrap(`OOM: ${oom.map((r) => `${r.trace} ${r.policy} at event #${r.oom!.eventIndex}`).join(", ")}; their figures stop there and are not shown.`));

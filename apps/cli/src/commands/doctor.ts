@@ -1,6 +1,7 @@
 import { describeProbe, locateAddon, probeCuda } from "@gmlake/vmm";
 import type { Command } from "../command.js";
 import { printJson, printText } from "../outputs.js";
+import { fitLines, wrap } from "../table.js";
 
 export const doctor: Command = {
   name: "doctor",
@@ -24,8 +25,8 @@ Example:
       printJson({ ...p, addon: addon.path ? { path: addon.path, from: addon.from } : { missing: addon.missing } });
       return;
     }
-    printText(describeProbe(p).trimEnd());
-    if (!addon.path) printText(`drivers available: sim (H200 cost model); host and cuda need the vmm addon: ${addon.missing}`);
-    else if (!p.ok) printText("drivers available: host (real stitching of host memory), sim (H200 cost model)");
+    printText(fitLines(describeProbe(p).trimEnd()));
+    if (!addon.path) printText(wrap(`drivers available: sim (H200 cost model); host and cuda need the vmm addon: ${addon.missing}`));
+    else if (!p.ok) printText(wrap("drivers available: host (real stitching of host memory), sim (H200 cost model)"));
   },
 };

@@ -5,6 +5,7 @@ import type { Command } from "../command.js";
 import { loadTrace } from "../load-trace.js";
 import { asUsage } from "../options.js";
 import { formatBytes } from "../sizes.js";
+import { field, wrap } from "../table.js";
 import { printJson, printText } from "../outputs.js";
 
 export interface InspectJson {
@@ -111,19 +112,19 @@ Example:
     const mode = s.allocatorSettings.expandableSegments ? "expandable segments" : "caching (default)";
     const seg = out.segmentEvents;
     const lines = [
-      `${t.name}: ${out.events.toLocaleString("en-US")} events over ${(out.durationUs / 1e6).toFixed(2)} s, ${out.allocs.toLocaleString("en-US")} allocations, ${out.streams} stream(s), device(s) ${out.devices.join(", ") || "none"}`,
-      `  recorded with    ${mode}${s.allocatorSettings.allocConf ? ` (PYTORCH_CUDA_ALLOC_CONF=${s.allocatorSettings.allocConf})` : ""}`,
-      `  peak requested   ${formatBytes(out.peakRequestedBytes)} (${formatBytes(out.peakAllocatedBytes)} allocated as PyTorch counts blocks)`,
-      `  peak reserved    ${formatBytes(out.recordedPeakReservedBytes)} (recorded by PyTorch)`,
-      `  utilization      ${out.recordedUtilization.toFixed(3)}  (fragmentation ${(100 * (1 - out.recordedUtilization)).toFixed(1)}%)`,
-      `  segment events   ${seg.segmentAlloc} alloc, ${seg.segmentFree} free, ${seg.segmentMap} map, ${seg.segmentUnmap} unmap; ${out.ooms} out-of-memory`,
+      wrap(`${t.name}: ${out.events.toLocaleString("en-US")} events over ${(out.durationUs / 1e6).toFixed(2)} s, ${out.allocs.toLocaleString("en-US")} allocations, ${out.streams} stream(s), device(s) ${out.devices.join(", ") || "none"}`),
+      field("recorded with", `${mode}${s.allocatorSettings.allocConf ? ` (PYTORCH_CUDA_ALLOC_CONF=${s.allocatorSettings.allocConf})` : ""}`),
+      field("peak requested", `${formatBytes(out.peakRequestedBytes)} (${formatBytes(out.peakAllocatedBytes)} allocated as PyTorch counts blocks)`),
+      field("peak reserved", `${formatBytes(out.recordedPeakReservedBytes)} (recorded by PyTorch)`),
+      field("utilization", `${out.recordedUtilization.toFixed(3)}  (fragmentation ${(100 * (1 - out.recordedUtilization)).toFixed(1)}%)`),
+      field("segment events", `${seg.segmentAlloc} alloc, ${seg.segmentFree} free, ${seg.segmentMap} map, ${seg.segmentUnmap} unmap; ${out.ooms} out-of-memory`),
     ];
     const r = out.reconstructed;
     if (r.syntheticEvents > 0) {
-      lines.push(`  reconstructed    ${r.missingAllocs} allocs missing from the ring buffer, ${r.liveFromSegments} live blocks from segments`);
+      lines.push(field("reconstructed", `${r.missingAllocs} allocs missing from the ring buffer, ${r.liveFromSegments} live blocks from segments`));
     }
     const unknown = Object.entries(out.unknownActions);
-    if (unknown.length) lines.push(`  skipped actions  ${unknown.map(([a, n]) => `${a} x${n}`).join(", ")}`);
+    if (unknown.length) lines.push(field("skipped actions", unknown.map(([a, n]) => `${a} x${n}`).join(", ")));
     printText(lines.join("\n"));
   },
 };

@@ -1,6 +1,8 @@
 import { describeKnobRange, formatKnobValue, listPolicies, type Knob } from "@gmlake/stitch";
 import type { Command } from "../command.js";
 import { checkPolicy, POLICY_MODULE_OPTION, usePolicyModules } from "../options.js";
+import { printText } from "../outputs.js";
+import { fillWords, words, wrap } from "../table.js";
 
 export interface PoliciesJson {
   policies: {
@@ -53,15 +55,15 @@ Examples:
     }
     const lines: string[] = [];
     for (const p of out.policies) {
-      lines.push(`${p.name}: ${p.description}`);
+      lines.push(wrap(`${p.name}: ${p.description}`));
       if (p.knobs.length === 0) lines.push("  (no knobs)");
       for (const k of p.knobs) {
         lines.push(`  --set ${k.name}=${k.shown}`);
-        lines.push(`      ${k.description}`);
-        lines.push(`      accepts ${k.accepts}`);
+        lines.push(fillWords("      ", words(k.description)));
+        lines.push(fillWords("      ", words(`accepts ${k.accepts}`)));
       }
       lines.push("");
     }
-    process.stdout.write(lines.join("\n"));
+    printText(lines.join("\n"));
   },
 };

@@ -10,6 +10,7 @@ import { checkPolicy, parseDriver, parseSets, POLICY_MODULE_OPTION, usePolicyMod
 import { knobsFor } from "../policy-knobs.js";
 import { runReplay, type ReplayRow } from "../run-replay.js";
 import { formatBytes } from "../sizes.js";
+import { field, wrap } from "../table.js";
 
 export const replayCommand: Command = {
   name: "replay",
@@ -71,7 +72,7 @@ Options:
 
 Examples:
   gmlake replay ../shared/traces/llama1b_lora.pickle.gz --policy gmlake --json
-  gmlake replay trace.pickle.gz -p vms --capacity 12GiB --export memory-viz vms.pickle`,
+  gmlake replay job.pickle -p vms --capacity 12GiB --export memory-viz v.pickle`,
   async run(values, positionals) {
     if (positionals.length > 1) throw new UsageError("replay takes one trace (use compare for several)");
     const added = await usePolicyModules(values["policy-module"]);
@@ -116,7 +117,7 @@ Examples:
       printJson({ ...row, capacityBytes: budget.capacityBytes, reserveBytes: budget.capacityBytes === null ? null : budget.reserveBytes });
       return;
     }
-    printText(describeRow(row) + (budget.capacityBytes !== null ? `\n  device          ${budget.echo}` : ""));
+    printText(describeRow(row) + (budget.capacityBytes !== null ? `\n${field("device", budget.echo)}` : ""));
   },
 };
 
@@ -137,16 +138,16 @@ export function describeRow(r: ReplayRow): string {
     .map(([c, n]) => `${c} ${n}`)
     .join(", ");
   const lines = [
-    `${r.trace} with ${r.policy} on the ${r.driver} driver: ${r.events.toLocaleString("en-US")} events in ${r.wallMs.toFixed(0)} ms (${(r.eventsPerSecond / 1e6).toFixed(2)} M events/s)`,
-    `  peak requested  ${formatBytes(r.peakRequestedBytes)} (requested bytes; ${formatBytes(r.peakAllocatedBytes)} allocated as ${r.policy} counts blocks)`,
-    `  peak reserved   ${formatBytes(r.peakReservedBytes)}`,
-    `  utilization     ${r.utilization.toFixed(3)}`,
-    `  out of memory   ${r.oom ? `at event ${r.oom.eventIndex}: ${formatBytes(r.oom.requestBytes)} requested with ${formatBytes(r.oom.reservedBytes)} reserved` : "no"}`,
-    `  driver calls    ${calls || "none"}`,
-    `  driver time     ${(r.driverTimeUs / 1000).toFixed(2)} ms${r.traceDurationUs > 0 ? ` (${((100 * r.driverTimeUs) / r.traceDurationUs).toFixed(3)}% of the trace's ${(r.traceDurationUs / 1e6).toFixed(2)} s)` : ""}; ${r.driverCallsSecondHalf} calls in the second half`,
+    wrap(`${r.trace} with ${r.policy} on the ${r.driver} driver: ${r.events.toLocaleString("en-US")} events in ${r.wallMs.toFixed(0)} ms (${(r.eventsPerSecond / 1e6).toFixed(2)} M events/s)`),
+    field("peak requested", `${formatBytes(r.peakRequestedBytes)} (requested bytes; ${formatBytes(r.peakAllocatedBytes)} allocated as ${r.policy} counts blocks)`),
+    field("peak reserved", formatBytes(r.peakReservedBytes)),
+    field("utilization", r.utilization.toFixed(3)),
+    field("out of memory", r.oom ? `at event ${r.oom.eventIndex}: ${formatBytes(r.oom.requestBytes)} requested with ${formatBytes(r.oom.reservedBytes)} reserved` : "no"),
+    field("driver calls", calls || "none"),
+    field("driver time", `${(r.driverTimeUs / 1000).toFixed(2)} ms${r.traceDurationUs > 0 ? ` (${((100 * r.driverTimeUs) / r.traceDurationUs).toFixed(3)}% of the trace's ${(r.traceDurationUs / 1e6).toFixed(2)} s)` : ""}; ${r.driverCallsSecondHalf} calls in the second half`),
   ];
-  if (r.driver !== "sim") lines.push(`  integrity       ${r.integrityErrors} errors in ${r.integrityChecked} checked blocks`);
+  if (r.driver !== "sim") lines.push(field("integrity", `${r.integrityErrors} errors in ${r.integrityChecked} checked blocks`));
   // a run cut short by an out-of-memory: its peaks are up to there, not a finished run's
-  if (r.oom) lines.splice(1, 0, `  OOM             the figures below stop at event ${r.oom.eventIndex}, where it ran out of memory: not those of a finished run`);
+  if (r.oom) lines.splice(1, 0, field("OOM", `the figures below stop at event ${r.oom.eventIndex}, where it ran out of memory: not those of a finished run`));
   return lines.join("\n");
 }

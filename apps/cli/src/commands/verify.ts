@@ -52,7 +52,7 @@ Exit status: 0 when every trace matches, 1 when one does not (as diff: a CI job 
 gate on it), 2 on bad input.
 
 Example:
-  gmlake verify ../shared/traces/gpt2_ft.pickle.gz ../shared/traces/gpt2_ft_expandable.pickle.gz`,
+  gmlake verify ../shared/traces/gpt2_ft*.pickle.gz   # every gpt2_ft recording`,
   async run(values, positionals) {
     const paths = positionals.length ? positionals : [undefined];
     await usePolicyModules(values["policy-module"]);
