@@ -40,8 +40,10 @@ py="$venv/bin/python"
 "$py" -m pip install --no-index --no-deps --disable-pip-version-check "$whl" >"$out/pip.log" 2>&1 || { cat "$out/pip.log" >&2; fail "pip install"; }
 tail -1 "$out/pip.log"
 "$py" -m gmlake_torch info | tee "$out/info.txt"
-"$py" -m gmlake_torch check --driver "${CHECK_DRIVER:-cuda}" | tee "$out/check.json"
-grep -q '"ok": true' "$out/check.json" || fail "check --driver ${CHECK_DRIVER:-cuda}"
+# the engine alone, no torch (a failure is reported at the end: the jobs still run)
+checked=1
+"$py" -m gmlake_torch check --driver "${CHECK_DRIVER:-cuda}" 2>&1 | tee "$out/check.json"
+grep -q '"ok": true' "$out/check.json" || checked=0
 
 job() {  # job NAME [env VAR=...] CMD...: runs one job, keeps its log, prints its RESULT
   local name=$1
@@ -70,4 +72,5 @@ job torchrun env GMLAKE_POLICY="$policy" "$py" -m torch.distributed.run --nproc-
 check_result torchrun "gmlake:$policy"
 job pytorch env -u GMLAKE_POLICY "$py" "$train"
 check_result pytorch pytorch
+[ "$checked" = 1 ] || fail "python -m gmlake_torch check --driver ${CHECK_DRIVER:-cuda} (the jobs passed): $out/check.json"
 echo "gpu-verify: passed (logs in $out)"
