@@ -38,8 +38,8 @@ export function isOutputError(e: unknown): e is Error {
   return e instanceof OutputError && e.kind === "write";
 }
 
-/** The StitchError codes that mean the user's input (a knob, a policy name, a trace, a module) is wrong. */
-export const STITCH_INPUT_CODES: ReadonlySet<StitchErrorCode> = new Set(["BAD_OPTION", "UNKNOWN_POLICY", "DUPLICATE_POLICY", "BAD_ARGUMENT", "BAD_TRACE", "BAD_MODULE"]);
+/** The StitchError codes that mean the user's input (a knob, a policy name, a trace, a module, an outside policy's own fault) is wrong. */
+export const STITCH_INPUT_CODES: ReadonlySet<StitchErrorCode> = new Set(["BAD_OPTION", "UNKNOWN_POLICY", "DUPLICATE_POLICY", "BAD_ARGUMENT", "BAD_TRACE", "BAD_MODULE", "BAD_POLICY"]);
 
 /** Errors that mean "your input is wrong", by class: exit 2 with one line (main.ts; the fuzz tests classify with it too). */
 export function isInputError(e: unknown): e is Error {

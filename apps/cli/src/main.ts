@@ -3,6 +3,7 @@ import { terminalSafe } from "@gmlake/output";
 import { EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OUTPUT, EXIT_RESOURCE, UsageError, isInputError, isOutputError, isResourceError } from "./cli-error.js";
 import type { Command } from "./command.js";
 import { COMMANDS } from "./commands/index.js";
+import { runCli } from "./outside-policy.js";
 import { setReadLimits } from "./load-trace.js";
 import { printText } from "./outputs.js";
 import { formatHelp } from "./help.js";
@@ -90,5 +91,5 @@ function report(line: string, code: number): number {
 // stray stream error (EPIPE after the last write) must not become an uncaught exception.
 process.stdout.on("error", () => {});
 
-const code = await main(process.argv.slice(2));
-process.exitCode = code;
+const code = await runCli(main, process.argv.slice(2), new URL(import.meta.url), (line) => report(line, EXIT_BAD_INPUT));
+if (code !== null) process.exitCode = code;

@@ -32,6 +32,7 @@ export { VmsAllocator, vmsPolicy, type VmsOptions } from "./policies/vms.js";
 export { GmlakeAllocator, gmlakePolicy, type GmlakeOptions } from "./policies/gmlake.js";
 export { BUILTIN_POLICIES } from "./policies/builtin.js";
 export { PolicyFault, PolicyGuard, watchPolicyCalls, type PolicyCallWatch } from "./policy-guard.js";
+export { PolicyThread, policyThreadData, servePolicyThread, policyCallBudgetMs, type ThreadAnswer } from "./policy-thread.js";
 export { loadPolicyModule, loadPolicyModules, resolvePolicyModule } from "./policy-module.js";
 export { replay, type ReplayOptions, type ReplayResult, type ReplayProbe, type OomReport } from "./replay.js";
 export { replayRow, type ReplayRow } from "./replay-row.js";
