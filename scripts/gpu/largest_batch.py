@@ -14,12 +14,13 @@ them; --resume FILE takes the candidates an earlier run measured.
 
 usage: python3 largest_batch.py [--workloads W,W[:seq],...] [--budgets 24,40] [--allocators A,...]
                                 [--steps 4] [--time-limit S] [--candidate-timeout S] [--max-batch N]
-                                [--out DIR] [--resume FILE] [--jobs N] [--device-gib G]
+                                [--out DIR] [--resume FILE] [--jobs N] [--device-gib G] [--report-only]
   A = pytorch | pytorch-expandable | ours:POLICY[,k=v...]   (live_workloads.py's names)
   step time: the median over the steps after the first; tokens/s: those steps' tokens over their time.
   --jobs N: up to N workloads searched side by side (no more than a G GiB device holds at the
   largest budget, 3 GiB a process beside it); an answer found beside others is trained again
   with the GPU to itself for its step time and tokens/s.
+  --report-only (with --resume): the table from the candidates measured, nothing run (no GPU needed).
 internal: python3 largest_batch.py --child NAME --allocator A --budget-gib G --value V --dim batch|seq --steps N
 """
 import argparse
@@ -97,7 +98,9 @@ def child(a):
             except Exception:  # noqa: BLE001
                 pass
     print("LB " + json.dumps(out), flush=True)
-    return 0
+    sys.stderr.flush()
+    # the verdict is out: no teardown (a process group, the engine, CUDA) that could hang or crash after it
+    os._exit(0)
 
 
 # ---- the search ----
@@ -115,6 +118,7 @@ def parse_args(argv):
     ap.add_argument("--resume", default=None)
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--jobs", default="1")
+    ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--device-gib", default="140")
     # one candidate (the search runs itself with these)
     ap.add_argument("--child", default=None)
@@ -254,6 +258,8 @@ class Search:
         c = self.known(w, dim, alloc, budget, value, alone)
         if c is not None:
             return c["status"] == "ok"
+        if self.a.report_only:  # the row stays incomplete
+            return None
         if self.stopped:
             return None
         slot = {}
@@ -436,6 +442,8 @@ class Search:
             lines += [f"- {c['workload']} {c['budget_gib']:g} GiB {c['allocator']} {c['dim']} {c['value']}: {c.get('error', '')}" for c in errors]
         if self.stopped:
             lines += ["", f"Stopped early ({self.stopped}): rows marked incomplete, the rest not reached."]
+        if self.a.report_only and any(not r["complete"] for r in self.rows):
+            lines += ["", "Tabulated from earlier candidates (--report-only): rows marked incomplete need more."]
         return "\n".join(lines) + "\n"
 
     def write(self):
@@ -458,6 +466,8 @@ def main(argv):
         a.steps = positive(a.steps, "steps")
         return child(a)
     workloads, budgets, allocators = plan(a)
+    if a.report_only and not a.resume:
+        fail("--report-only needs --resume FILE (the candidates to tabulate)")
     s = Search(a, workloads, budgets, allocators)
     s.log(f"workloads {', '.join(w for w, _ in workloads)}; budgets {', '.join(f'{b:g}' for b in budgets)} GiB; "
           f"allocators {', '.join(allocators)}; {s.steps} steps; {s.jobs} candidate(s) at once; time limit {s.limit:g} s"

@@ -772,6 +772,12 @@ class LargestBatch(unittest.TestCase):
         self.assertGreater(first["ran"], 0)
         self.assertEqual(again["ran"], 0)
         self.assertEqual([r["largest"] for r in again["rows"]], [r["largest"] for r in first["rows"]])
+        # the table again here, from what was measured, nothing run (a workload never measured: incomplete)
+        p, table = self.lb("--workloads", "gpt2_ft,moe_ft", "--budgets", "24", "--allocators", "pytorch-expandable,ours:vms",
+                           "--resume", prev, "--report-only")
+        self.assertEqual((p.returncode, table["ran"]), (0, 0), p.stderr)
+        self.assertEqual([(r["workload"], r["largest"], r["complete"]) for r in table["rows"]],
+                         [("gpt2_ft", r["largest"], True) for r in first["rows"]] + [("moe_ft", 0, False)] * 2)
 
     def test_a_failure_other_than_oom_is_listed_and_does_not_train(self):
         # the default batch (8) breaks for another reason: the search goes below it
