@@ -128,7 +128,9 @@ def stand_in(root):
 
 def child(code, env=None, torch=True, site=True, args=()):
     """Runs `code` in a fresh python: gmlake_torch's folder as a site dir (its .pth line runs,
-    as in an installed wheel) unless site=False, the stand-in torch on sys.path if torch."""
+    as in an installed wheel) unless site=False, the stand-in torch on sys.path if torch; with
+    torch=False no site-packages at all (python -S, then only gmlake_torch's folder as a site
+    dir), so a real torch of this machine stays out of it too."""
     with tempfile.TemporaryDirectory() as d:
         paths = [stand_in(d)] if torch else []
         e = {k: v for k, v in os.environ.items() if not k.startswith("GMLAKE_") and k not in ("LOCAL_RANK", "PYTHONPATH")}
@@ -136,7 +138,13 @@ def child(code, env=None, torch=True, site=True, args=()):
         e.update(env or {})
         # installed: the site-packages' .pth line has run already, as in any program
         prelude = f"import site; site.addsitedir({PY!r})\n" if site and PY else ""
-        return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code), *args], env=e, capture_output=True,
+        flags = []
+        if not torch:
+            import gmlake_torch
+
+            flags = ["-S"]
+            prelude = f"import site; site.addsitedir({os.path.dirname(os.path.dirname(gmlake_torch.__file__))!r})\n"
+        return subprocess.run([sys.executable, *flags, "-c", prelude + textwrap.dedent(code), *args], env=e, capture_output=True,
                               text=True, timeout=300, cwd=d)
 
 
