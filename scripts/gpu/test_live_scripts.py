@@ -655,6 +655,82 @@ def main():
 LB_PER = {"pytorch": 1.2, "pytorch-expandable": 1.05, "ours:vms": 1.0}
 LB_LENS = {"gpt2_ft": ([1000, 500, 800, 1000], 8), "qwen_lora_bigvocab": ([4000, 2000, 1000, 3000], 2)}
 
+# ... and for a candidate run against the real live_workloads.py: a torch and a transformers just
+# big enough for its GPT-2 workloads, the model taking 1 GiB + 0.25 GiB a sample of 1000 tokens
+FAKE_LB_REAL_TORCH = """import contextlib, types
+__version__ = "stand-in"
+bfloat16 = "bfloat16"
+GiB = 1 << 30
+_state = {"fraction": 1.0, "peak": 0}
+class OutOfMemoryError(RuntimeError):
+    pass
+def manual_seed(s):
+    pass
+class device:
+    def __init__(self, name):
+        self.name = name
+    def __enter__(self):
+        return self
+    def __exit__(self, *a):
+        return False
+class _T:
+    def __init__(self, shape):
+        self.shape = shape
+def randint(lo, hi, shape, device=None):
+    return _T(shape)
+@contextlib.contextmanager
+def autocast(*a, **k):
+    yield
+class _Opt:
+    def __init__(self, params, lr=None):
+        pass
+    def step(self):
+        pass
+    def zero_grad(self, set_to_none=False):
+        pass
+optim = types.SimpleNamespace(AdamW=_Opt)
+def _alloc(nbytes):
+    if nbytes > _state["fraction"] * 100 * GiB:
+        raise OutOfMemoryError(f"CUDA out of memory. Tried to allocate {nbytes / GiB:.2f} GiB")
+    _state["peak"] = max(_state["peak"], nbytes)
+class _Cuda:
+    OutOfMemoryError = OutOfMemoryError
+    def init(self): pass
+    def mem_get_info(self): return (99 * GiB, 100 * GiB)
+    def set_per_process_memory_fraction(self, f, device=None):
+        assert isinstance(f, float) and 0 <= f <= 1
+        _state["fraction"] = f
+    def synchronize(self): pass
+    def memory_stats(self): return {"num_alloc_retries": 0}
+    def max_memory_reserved(self): return _state["peak"]
+    def max_memory_allocated(self): return _state["peak"]
+    def get_device_name(self): return "stand-in GPU"
+cuda = _Cuda()
+"""
+FAKE_LB_TRANSFORMERS = """import torch
+class _Cfg:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+        self.vocab_size = kw.get("vocab_size", 50257)
+class GPT2Config(_Cfg):
+    pass
+class _Loss:
+    def backward(self): pass
+    def item(self): return 1.0
+class GPT2LMHeadModel:
+    # 1 GiB of weights and state, 0.25 GiB a sample of 1000 tokens
+    def __init__(self, cfg):
+        self.cfg = cfg
+    def gradient_checkpointing_enable(self): pass
+    def train(self): pass
+    def parameters(self): return []
+    def __call__(self, input_ids=None, labels=None):
+        b, L = input_ids.shape
+        torch._alloc(int((1 + 0.25 * b * L / 1000) * torch.GiB))
+        return type("Out", (), {"loss": _Loss()})()
+LlamaConfig = OPTConfig = MixtralConfig = GPT2Config
+LlamaForCausalLM = OPTForCausalLM = MixtralForCausalLM = GPT2LMHeadModel
+"""
 
 class LargestBatch(unittest.TestCase):
     def setUp(self):
@@ -785,6 +861,39 @@ class LargestBatch(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
         self.assertEqual(doc["rows"][0]["largest"], 7)
         self.assertIn("- gpt2_ft 24 GiB pytorch batch 8: ValueError: something else broke", p.stdout)
+
+    def test_a_candidate_trains_the_real_live_workloads(self):
+        with open(os.path.join(self.d, "torch.py"), "w") as f:
+            f.write(FAKE_LB_REAL_TORCH)
+        with open(os.path.join(self.d, "transformers.py"), "w") as f:
+            f.write(FAKE_LB_TRANSFORMERS)
+        env = dict(self.env)
+        del env["LB_LIVE_WORKLOADS"]  # scripts/gpu/live_workloads.py itself
+
+        def child(w, v, dim="batch"):
+            p = subprocess.run([sys.executable, os.path.join(HERE, "largest_batch.py"), "--child", w, "--allocator", "pytorch",
+                                "--budget-gib", "24", "--value", str(v), "--dim", dim, "--steps", "4"],
+                               capture_output=True, text=True, env=env, timeout=120)
+            lb = [l for l in p.stdout.splitlines() if l.startswith("LB ")]
+            self.assertEqual((p.returncode, len(lb)), (0, 1), p.stdout + p.stderr)
+            return json.loads(lb[0][3:]), p.stdout
+
+        import random
+        rng = random.Random(1234)  # live_workloads' seqs(4, 64, 1024)
+        lens = [rng.randint(64, 1024) for _ in range(4)]
+        got, out = child("gpt2_ft", 20)
+        self.assertEqual((got["status"], got["batch"], got["tokens"], got["fraction"]), ("ok", 20, [20 * L for L in lens], 0.24))
+        self.assertIn("RESULT ", out)  # live_workloads' own line, read by the search
+        # past the budget: 1 + 0.25 x b x the longest / 1000 GiB > 24 GiB
+        over = int(23 / (0.25 * max(lens) / 1000)) + 1
+        self.assertEqual(child("gpt2_ft", over)[0]["status"], "oom")
+        self.assertEqual(child("gpt2_ft", over - 1)[0]["status"], "ok")
+        # the sequence scale (x v/8), and micro-batches' tokens
+        got, _ = child("gpt2_ft", 4, "seq")
+        self.assertEqual((got["batch"], got["max_len"]), (8, max(lens) * 4 // 8))
+        got, _ = child("gpt2_microbatch", 3)
+        self.assertEqual((got["status"], got["batch"]), ("ok", 3))
+        self.assertTrue(all(t % 3 == 0 for t in got["tokens"]), got)
 
     def test_bad_arguments_one_line_exit_2(self):
         for args, word in ((["--workloads", "opt1b_generate"], "unknown workload"), (["--budgets", "24,x"], "--budgets"),
