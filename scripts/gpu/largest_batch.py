@@ -89,7 +89,7 @@ def child(a):
         g["train_loop"] = train_loop
         g["main"]()  # prints live_workloads' RESULT line
         out["status"] = "ok"
-    except Exception as e:  # noqa: BLE001: a candidate's failure is its result
+    except (Exception, SystemExit) as e:  # noqa: BLE001: a candidate's failure is its result (live_workloads exits on a bad name)
         oom = type(e).__name__ == "OutOfMemoryError" or "out of memory" in str(e).lower()
         out.update(status="oom" if oom else "error", error=f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}")
         if oom:

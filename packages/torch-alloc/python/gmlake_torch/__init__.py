@@ -79,8 +79,10 @@ class _Native:
         lib.gmlake_set_capture_check.restype = ctypes.c_int
         lib.gmlake_call_times.argtypes = [ctypes.POINTER(ctypes.c_double)]
         lib.gmlake_call_times.restype = ctypes.c_int
-        lib.gmlake_set_budget.argtypes = [ctypes.c_double, ctypes.c_int, ctypes.c_int]
-        lib.gmlake_set_budget.restype = ctypes.c_double
+        self.budgets = hasattr(lib, "gmlake_set_budget")  # a library from before the memory budget (a bundled baseline) has none
+        if self.budgets:
+            lib.gmlake_set_budget.argtypes = [ctypes.c_double, ctypes.c_int, ctypes.c_int]
+            lib.gmlake_set_budget.restype = ctypes.c_double
 
     def error(self):
         return (self.lib.gmlake_last_error() or b"").decode("utf-8", "replace")
@@ -113,6 +115,8 @@ class _Native:
 
     def set_budget(self, value, fraction, device):
         """The memory budget (value bytes, or value x the device's memory): its bytes. Raises GmlakeError."""
+        if not self.budgets:
+            raise GmlakeError(f"gmlake: {self.path} has no memory budget (built before gmlake_set_budget)")
         r = self.lib.gmlake_set_budget(float(value), 1 if fraction else 0, device)
         if r < 0:
             raise GmlakeError(self.error())
@@ -401,7 +405,7 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
     if hasattr(handle, "set_record_stream_fn"):
         handle.set_record_stream_fn(addr(native.lib.gmlake_record_stream))
     # torch.cuda.set_per_process_memory_fraction(f) -> the budget f x the device's memory
-    if hasattr(handle, "set_memory_fraction_fn"):
+    if hasattr(handle, "set_memory_fraction_fn") and native.budgets:
         handle.set_memory_fraction_fn(addr(native.lib.gmlake_set_memory_fraction))
     # PyTorch opens a pool window around every capture it makes (torch >= 2.3): with the
     # window known, allocs and frees ask the driver about capture only inside one (README
