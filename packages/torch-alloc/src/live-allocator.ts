@@ -323,7 +323,10 @@ export class LiveAllocator {
     if (log === null) throw new Error("snapshot: the allocator was started with record=false");
     // the kept window is the trace; the segments are what the whole history says is live
     this.history!.compact();
-    const bytes = exportMemoryViz(log, this.history!.segments(), { allocatorSettings: this.allocator.ctx.settings }).bytes;
+    // it says what made it (torch-trace recordedBy): inspect labels it by policy, not as PyTorch's
+    const s = this.allocator.ctx.settings;
+    const allocatorSettings = { ...s, raw: { ...s.raw, gmlake_policy: this.policy.name, gmlake_live: true } };
+    const bytes = exportMemoryViz(log, this.history!.segments(), { allocatorSettings }).bytes;
     return path.endsWith(".gz") ? gzipSync(bytes) : bytes;
   }
 

@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { readSnapshotBytes } from "@gmlake/torch-trace";
+import { readSnapshotBytes, recordedBy } from "@gmlake/torch-trace";
 import { afterAll, describe, expect, it } from "vitest";
 
 import { LiveAllocator, coerceKnobs, createBridge, parseKnobText } from "../src/index.js";
@@ -290,6 +290,8 @@ describe("the bridge", () => {
     expect(b.text(TEXT_SNAPSHOT, path)).toBe("");
     const snap = await readSnapshotBytes(readFileSync(path));
     expect(snap.events.length).toBeGreaterThan(0);
+    // it says what made it: inspect labels it by the policy, live, never as PyTorch's
+    expect(recordedBy(snap.allocatorSettings)).toMatchObject({ allocator: "gmlake", mode: JSON.parse(b.text(TEXT_STATS, "")).policy, live: true });
     expect(JSON.parse(b.text(TEXT_CLOSE, ""))).toEqual({ liveBlocksFreed: 0, leaks: { reservations: 0, mappings: 0, liveBytes: 0, events: 0 } });
   });
 

@@ -6,3 +6,4 @@ export type { Snapshot, SegmentState, BlockState, Annotation, Frame, Reconstruct
 export { PickleVM, type PickleBuilder, type PyValue } from "./pickle-vm.js";
 export { parseAllocConf } from "./snapshot-shape.js";
 export { reconstruct } from "./reconstruct.js";
+export { recordedBy, type RecordedBy } from "./recorded-by.js";

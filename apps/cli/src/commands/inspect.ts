@@ -1,3 +1,4 @@
+import { recordedBy, type RecordedBy } from "@gmlake/torch-trace";
 import { computeStats } from "@gmlake/trace";
 import { privatePoolTags, replay } from "@gmlake/stitch";
 import { SimDriver } from "@gmlake/vmm";
@@ -10,6 +11,8 @@ import { printJson, printText } from "../outputs.js";
 
 export interface InspectJson {
   trace: string;
+  /** What made it: PyTorch's allocator (its mode) or the stitching engine live (its policy). */
+  recordedBy: RecordedBy;
   events: number;
   allocs: number;
   frees: number;
@@ -77,6 +80,7 @@ Example:
     ); // a malformed event stream (BAD_TRACE) is bad input: exit 2
     const out: InspectJson = {
       trace: t.name,
+      recordedBy: recordedBy(s.allocatorSettings),
       events: s.events.length,
       allocs: k.alloc ?? 0,
       frees: k.freeCompleted ?? 0,
@@ -109,14 +113,18 @@ Example:
       printJson(out);
       return;
     }
-    const mode = s.allocatorSettings.expandableSegments ? "expandable segments" : "caching (default)";
+    const by = out.recordedBy;
     const seg = out.segmentEvents;
+    // segments but no history (recorded without _record_memory_history): no peak to speak of
+    const noHistory = out.events === out.reconstructed.syntheticEvents && s.segments.length > 0;
     const lines = [
       wrap(`${t.name}: ${out.events.toLocaleString("en-US")} events over ${(out.durationUs / 1e6).toFixed(2)} s, ${out.allocs.toLocaleString("en-US")} allocations, ${out.streams} stream(s), device(s) ${out.devices.join(", ") || "none"}`),
-      field("recorded with", `${mode}${s.allocatorSettings.allocConf ? ` (PYTORCH_CUDA_ALLOC_CONF=${s.allocatorSettings.allocConf})` : ""}`),
+      field("recorded with", by.label),
       field("peak requested", `${formatBytes(out.peakRequestedBytes)} (${formatBytes(out.peakAllocatedBytes)} allocated as PyTorch counts blocks)`),
-      field("peak reserved", `${formatBytes(out.recordedPeakReservedBytes)} (recorded by PyTorch)`),
-      field("utilization", `${out.recordedUtilization.toFixed(3)}  (fragmentation ${(100 * (1 - out.recordedUtilization)).toFixed(1)}%)`),
+      field("peak reserved", `${formatBytes(out.recordedPeakReservedBytes)} (recorded by ${by.who})`),
+      noHistory
+        ? field("warning", "segments but no allocation history (recorded without _record_memory_history): no utilization to give")
+        : field("utilization", `${out.recordedUtilization.toFixed(3)}  (fragmentation ${(100 * (1 - out.recordedUtilization)).toFixed(1)}%)`),
       field("segment events", `${seg.segmentAlloc} alloc, ${seg.segmentFree} free, ${seg.segmentMap} map, ${seg.segmentUnmap} unmap; ${out.ooms} out-of-memory`),
     ];
     const r = out.reconstructed;
