@@ -18,7 +18,8 @@ import { mergeCommand } from "./merge.js";
 import { checkSweepOutputs, writeOutputs, type Plan, type SweepTargets } from "./outputs.js";
 import { recordedCurves, type CurvesFile } from "./plots.js";
 import { inShard, parseShard, type Shard } from "./shard.js";
-import { runTask, type Task, type TaskResult } from "./task.js";
+import { closePolicyThreads, probePolicyModules, runWatchedTask, servedAsPolicyThread } from "./outside-policy.js";
+import type { Task, TaskResult } from "./task.js";
 
 const HELP = `Usage: gmlake-bench [--traces DIR] [--policies a,b] [--drivers auto|sim,cuda,host]
                     [--capacity-factor 1.02] [--integrity on|full|off] [--workers N] [--cpu-workers N]
@@ -103,6 +104,9 @@ async function parse(argv: string[]): Promise<Args> {
   let policyModules: string[] = [];
   try {
     policyModules = (v["policy-module"] ?? []).map((m) => resolvePolicyModule(m));
+    // imported in a watched thread first: a module that hangs, exits or blows up at import is one line
+    const probe = await probePolicyModules(policyModules);
+    if (probe !== null) fail(probe);
     await loadPolicyModules(policyModules);
   } catch (e) {
     fail(`--policy-module: ${(e as Error).message.split("\n")[0]}`);
@@ -189,14 +193,15 @@ async function runInWorkers(queue: Task[], workers: number, gpu: number | null, 
 
 function worker(): void {
   process.on("message", async (t: Task) => {
-    const r = await runTask(t);
+    const r = await runWatchedTask(t);
     process.send?.(r);
   });
-  process.on("disconnect", () => process.exit(0));
+  process.on("disconnect", () => void closePolicyThreads().then(() => process.exit(0)));
 }
 
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
+  if (servedAsPolicyThread()) return;
   if (argv[0] === "--worker") return worker();
   if (argv[0] === "merge") return mergeCommand(argv.slice(1));
   const a = await parse(argv);
@@ -251,7 +256,8 @@ async function main(): Promise<void> {
   // Leave a core for the GPU worker and the parent; on a 2-core box this is one worker.
   const cpuWorkers = Math.max(1, Math.min(a.cpuWorkers ?? cpus().length - 2, cpuTasks.length, 8));
   if (gpuTasks.length === 0 && cpuWorkers === 1) {
-    for (const t of mine) onDone(await runTask(t));
+    for (const t of mine) onDone(await runWatchedTask(t));
+    await closePolicyThreads();
   } else {
     await Promise.all([
       gpuTasks.length ? runInWorkers(gpuTasks, a.workers, 0, onDone) : Promise.resolve(),
@@ -280,7 +286,8 @@ async function main(): Promise<void> {
   const bad = results.filter((r) => r.error || r.integrityErrors > 0);
   if (bad.length) {
     process.stderr.write(`${bad.length} runs failed or found integrity errors\n`);
-    process.exitCode = 1;
+    // an outside policy's fault is bad input (exit 2, as the CLI), not the bench's failure
+    process.exitCode = bad.some((r) => r.error?.startsWith("BAD_POLICY:")) ? 2 : 1;
   }
 }
 

@@ -109,7 +109,8 @@ export async function runTask(task: Task): Promise<TaskResult> {
   }
 }
 
-function failed(task: Task, durationUs: number, e: unknown): TaskResult {
+/** The result row of a task that failed: its error in one line (code: message). */
+export function failed(task: Task, durationUs: number, e: unknown): TaskResult {
   const message = e instanceof Error ? `${(e as { code?: string }).code ?? e.name}: ${e.message.split("\n")[0]}` : String(e);
   return {
     trace: task.trace,

@@ -71,14 +71,14 @@ class CallWatch {
   }
 }
 
-/** In a policy thread: the data its starter gave, with the watch installed; undefined elsewhere. */
+/** In a policy thread: the data its starter gave (null for none), with the watch installed; undefined elsewhere. */
 export function policyThreadData(): unknown {
   if (isMainThread) return undefined;
   const d = (workerData as Partial<ThreadData> | null)?.gmlakePolicyThread;
   if (d === undefined) return undefined;
   const w = new CallWatch(d.watch);
   watchPolicyCalls(w);
-  return d.data;
+  return d.data ?? null;
 }
 
 /** In a policy thread: answer `ask` requests with `f` (one at a time); an `exit` request ends the thread. */
