@@ -12,7 +12,8 @@
  * checked at its free, on both sides of stitch seams); random operation sequences under a
  * tight and a roomy capacity; out-of-memory returned as null, then recovered; and a
  * teardown that leaves no handle, mapping, segment or reservation, with the driver's free
- * memory back where it was. A policy with mallocCached has a third of its mallocs asked
+ * memory back where it was. Every allocator here runs under the engine's policy guard, the
+ * built-ins' too (every block, free and segment call checked: PolicyGuard). A policy with mallocCached has a third of its mallocs asked
  * that way first, which must make no driver call on memory; a policy with peekCached is asked
  * before every other malloc, which must then land where it said. No test framework needed: it
  * throws, or returns a report.
@@ -172,7 +173,7 @@ function checkMixes(policy: Policy, d: ReturnType<typeof driverOf>, o: ContractO
     // a real GPU never reports all of its memory free: compare with the value before
     const before = driver.memGetInfo().freeBytes;
     for (const seed of o.seeds ?? [1, 2, 3]) {
-      const a = new Allocator(policy, driver, { options: o.options, checkInvariants: 1, integrity: d.integrity });
+      const a = new Allocator(policy, driver, { guard: true, options: o.options, checkInvariants: 1, integrity: d.integrity });
       try {
         mix(a, mulberry32(seed * 7919), o.ops ?? 400, size);
       } catch (e) {
@@ -198,7 +199,7 @@ function checkSequences(policy: Policy, d: ReturnType<typeof driverOf>, o: Contr
     const tight = k % 2 === 0;
     const driver = withCapacity(d.make(), tight ? 160 * MiB : 4096 * MiB);
     try {
-      const a = new Allocator(policy, driver, { options: o.options, checkInvariants: 1 });
+      const a = new Allocator(policy, driver, { guard: true, options: o.options, checkInvariants: 1 });
       const sizeOf = (q: () => number) => (q() < 0.4 ? Math.floor(q() * 4096) : q() < 0.7 ? Math.floor(q() * 3 * MiB) : MiB + Math.floor(q() * 89 * MiB));
       try {
         mix(a, r, Math.floor(r() * 120), sizeOf);
@@ -216,7 +217,7 @@ function checkSequences(policy: Policy, d: ReturnType<typeof driverOf>, o: Contr
 function checkOutOfMemory(policy: Policy, d: ReturnType<typeof driverOf>, o: ContractOptions): void {
   const driver = withCapacity(d.make(), 256 * MiB);
   try {
-    const a = new Allocator(policy, driver, { options: o.options, checkInvariants: 1, integrity: d.integrity });
+    const a = new Allocator(policy, driver, { guard: true, options: o.options, checkInvariants: 1, integrity: d.integrity });
     const live: Block[] = [];
     let b: Block | null;
     while ((b = a.tryMalloc(30 * MiB)) !== null) {
