@@ -13,7 +13,7 @@ const UNITS = BYTE_UNITS;
 /** "80GiB", "512MiB", "1.5GB", "1048576" -> bytes (an integer). */
 export function parseSize(text: string, what = "size", options: { allowZero?: boolean } = {}): number {
   if (/^\s*-/.test(text)) throw new UsageError(`invalid ${what} '${text}': must be a ${options.allowZero ? "non-negative" : "positive"} size`);
-  const m = /^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$/.exec(text);
+  const m = /^\s*(\d+(?:\.\d+)?(?:e\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$/i.exec(text); // the grammar of knob sizes too (1e9, 512MiB)
   const suffix = m ? (m[2] || "b").toLowerCase() : "";
   if (m && ["k", "m", "g", "t"].includes(suffix)) {
     const u = suffix.toUpperCase();

@@ -57,6 +57,9 @@ describe("values as the help promises them", () => {
     expect(cli(["inspect", "--limit", "maxDecodedBytes=64MB"]).code).toBe(0);
     refused(["inspect", "--limit", "maxDecodedBytes=1M"], /ambiguous --limit maxDecodedBytes '1M': write 1MiB .* or 1MB/);
     refused(["compare", "--capacity", "80G"], /ambiguous --capacity '80G'/);
+    // as knob sizes take it: 8e10 bytes is 80GB
+    const e = json<{ budget: { capacityBytes: number } }>(cli(["compare", "--no-fit", "--json", "--capacity", "8e10"]));
+    expect(e.budget.capacityBytes).toBe(80e9);
     refused(["inspect", "--limit", "maxStackDepth=1MiB"], /maxStackDepth counts, and needs a positive integer/);
     expect(cli(["inspect", "--limit", "maxStackDepth=4e6"]).code).toBe(0);
     const env = cli(["inspect"], { env: { GMLAKE_READ_LIMITS: "maxDecodedBytes=1M" } });
