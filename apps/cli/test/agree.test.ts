@@ -1,6 +1,6 @@
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 import { cli, json, TRACES } from "./run-cli.js";
 
@@ -41,10 +41,14 @@ function inOrder(line: string, cells: string[]): boolean {
 }
 
 const SMALL = join(TRACES, "small");
-const traces: { name: string; args: string[] }[] = [
-  { name: "train_default (embedded)", args: [] },
-  ...["train_expandable", "default"].filter((n) => existsSync(join(SMALL, `${n}.pickle`))).map((n) => ({ name: n, args: [join(SMALL, `${n}.pickle`)] })),
-];
+// GMLAKE_AGREE_TRACES=a.pickle.gz,b.pickle.gz runs it on those instead (the large traces, by hand)
+const given = process.env.GMLAKE_AGREE_TRACES?.split(",").filter(Boolean);
+const traces: { name: string; args: string[] }[] = given
+  ? given.map((p) => ({ name: basename(p).replace(/\.gz$/, "").replace(/\.(pickle|pkl)$/, ""), args: [resolve(p)] }))
+  : [
+      { name: "train_default (embedded)", args: [] },
+      ...["train_expandable", "default"].filter((n) => existsSync(join(SMALL, `${n}.pickle`))).map((n) => ({ name: n, args: [join(SMALL, `${n}.pickle`)] })),
+    ];
 
 function check(args: string[], name: string): Out {
   const j = json<Out>(cli(["compare", ...args, "--json"]));
