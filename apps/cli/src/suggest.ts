@@ -15,7 +15,7 @@ export function editDistance(a: string, b: string): number {
 
 /**
  * The candidate a mistyped word most likely meant: the nearest by edit distance (case
- * ignored), if it is near enough to be a typo (at most 2 edits, or a third of the word);
+ * ignored), if it is near enough to be a typo (one edit, or a third of the word);
  * one that starts with the word (an abbreviation) otherwise; else undefined.
  */
 export function closest(word: string, candidates: readonly string[]): string | undefined {
@@ -29,7 +29,8 @@ export function closest(word: string, candidates: readonly string[]): string | u
       bestD = dist;
     }
   }
-  if (best !== undefined && bestD <= Math.max(2, Math.floor(w.length / 3))) return best;
+  // a two-letter word ("-x") is near every other: no guess there
+  if (best !== undefined && w.length > 2 && bestD <= Math.max(1, Math.floor(w.length / 3))) return best;
   return w.length >= 3 ? candidates.find((c) => c.toLowerCase().startsWith(w)) : undefined;
 }
 

@@ -31,6 +31,7 @@ describe("a misspelling gets one line with a suggestion", () => {
 
   it("nothing near: no guess", () => {
     expect(closest("zzzz", ["caching", "vms"])).toBeUndefined();
+    expect(closest("-x", ["-c", "-d", "--capacity"])).toBeUndefined(); // too short to guess from
     expect(closest("cach", ["caching", "vms"])).toBe("caching");
     expect(editDistance("capcity", "capacity")).toBe(1);
     expect(editDistance("vsm", "vms")).toBe(1); // a swap is one edit
