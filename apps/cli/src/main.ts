@@ -21,7 +21,8 @@ Run 'gmlake <command> --help' for a command's options and an example.
 A trace argument of '-' reads stdin. Every command takes --limit NAME=N (repeatable) to
 raise one of the reader's resource limits (maxInputBytes, maxInflatedBytes,
 maxStackDepth, maxMemoEntries, maxValueBytes, maxDecodedBytes, maxIntBytes; also
-GMLAKE_READ_LIMITS=NAME=N,NAME=N).
+GMLAKE_READ_LIMITS=NAME=N,NAME=N): a ...Bytes limit takes a size as --capacity does
+(64MiB, 64MB), the others a count (4e6).
 Without a trace argument, compare runs on a small embedded trace.
 Exit codes: 0 success (an out-of-memory found by a replay is a result), 2 bad input or usage,
 3 an output could not be written (disk full, read-only, stdout closed), 4 a limit of this
