@@ -214,7 +214,10 @@ export class Allocator {
     st.requestedBytes += size;
     if (st.requestedBytes > st.peakRequestedBytes) st.peakRequestedBytes = st.requestedBytes;
     if (this.recordAllocations) this.ctx.record(EventKind.alloc, b.addr, size, stream);
-    if (this.invariants !== null) this.invariants.onMalloc(b);
+    if (this.invariants !== null) {
+      if (this.guard === null) this.invariants.onMalloc(b);
+      else this.guard.invariant(() => this.invariants!.onMalloc(b));
+    }
     if (this.integrity !== null) this.integrity.stamp(b);
     return b;
   }
@@ -365,7 +368,10 @@ export class Allocator {
     st.requestedBytes -= b.requested;
     st.allocations--;
     if (this.recordAllocations) this.ctx.record(EventKind.freeCompleted, b.addr, b.requested, b.stream);
-    if (this.invariants !== null) this.invariants.onFree(b);
+    if (this.invariants !== null) {
+      if (this.guard === null) this.invariants.onFree(b);
+      else this.guard.invariant(() => this.invariants!.onFree(b));
+    }
     b.pendingFree = false;
     b.allocated = false;
     const g = this.guard;
@@ -426,7 +432,9 @@ export class Allocator {
 
   /** Run the full invariant check now (throws StitchError INVARIANT on violation). */
   check(): void {
-    (this.invariants ?? new InvariantChecker(this, 0)).full();
+    const c = this.invariants ?? new InvariantChecker(this, 0);
+    if (this.guard === null) c.full();
+    else this.guard.invariant(() => c.full());
   }
 
   /** Blocks allocated now (from malloc until free_completed). */

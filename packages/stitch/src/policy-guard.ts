@@ -264,6 +264,23 @@ export class PolicyGuard {
     if (m !== null) throw this.fault("reserve-free", `freed the address range at ${hex(addr)} with memory still mapped at ${hex(m[0])}`);
   }
 
+  /**
+   * The invariant checker on an outside policy's allocator: what it finds (books that do not
+   * add up, the policy's own check() failing or throwing) is the policy's fault, not ours.
+   */
+  invariant(f: () => void): void {
+    const w = watch;
+    if (w !== null) w.enter(this.label, "check");
+    try {
+      f();
+    } catch (e) {
+      if (e instanceof PolicyFault || (e instanceof VmmError && HOST_RESOURCE_CODES.includes(e.code))) throw e;
+      throw this.fault("invariant", `broke an invariant: ${e instanceof Error ? e.message.split("\n")[0] : String(e)}`);
+    } finally {
+      if (w !== null) w.leave();
+    }
+  }
+
   /** counters(): a record of finite numbers. */
   counters(inst: PolicyInstance): Record<string, number> {
     const f = inst.counters;

@@ -217,6 +217,14 @@ describe("an outside policy's errors name it and the call", () => {
     expect(f.message).toMatch(new RegExp(`^policy throws-${call.toLowerCase()} \\(not a built-in\\) threw in ${call}: TypeError: `));
   });
 
+  it("what the invariant checker finds (its own check() failing, or throwing) is the policy's fault", () => {
+    const fails = buggy("check-fails", (inst) => Object.assign(inst, { check: () => "pool out of order" }));
+    const check = (p: Policy) => faultOf(() => replay(trace(4, 3 * MiB), { policy: p, driver: new SimDriver(), recorder: null, checkInvariants: 1 }));
+    expect([check(fails).rule, check(fails).message]).toEqual(["invariant", expect.stringMatching(/^policy check-fails \(not a built-in\) broke an invariant: check-fails: pool out of order/)]);
+    const throws = buggy("check-throws", (inst) => Object.assign(inst, { check: () => (null as unknown as { x: string }).x }));
+    expect(check(throws).message).toMatch(/broke an invariant: Cannot read properties of null/);
+  });
+
   it("counters that are not finite numbers", () => {
     const p = buggy("nan-counters", (inst) => Object.assign(inst, { counters: () => ({ stitches: NaN }) }));
     expect(faultOf(() => onSim(p)).message).toMatch(/counters\(\) gave stitches = NaN/);
