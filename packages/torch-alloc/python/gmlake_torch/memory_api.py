@@ -199,7 +199,7 @@ class MemoryApi:
         st = self.engine_stats() if idx == self.device else {}
         return summary(s, idx, st.get("policy", "gmlake"), abbreviated)
 
-    def _snapshot(self, device=None):
+    def _snapshot(self, device=None, *args, **kwargs):
         """PyTorch's snapshot dict (segments, device_traces, allocator_settings) from the engine's history."""
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "snapshot.pickle")
@@ -207,11 +207,18 @@ class MemoryApi:
             with open(path, "rb") as f:
                 return pickle.load(f)
 
-    def _dump_snapshot(self, filename="dump_snapshot.pickle"):
-        if not self.records():
-            raise RuntimeError("gmlake: no history to snapshot: the engine records only when started with GMLAKE_RECORD=1 "
-                               "(or enable(record=True), or torch.cuda.memory._record_memory_history() before the first CUDA tensor)")
-        self.engine_snapshot(filename)
+    def _dump_snapshot(self, filename="dump_snapshot.pickle", *args, **kwargs):
+        if self._recording is not False:
+            try:
+                self.engine_snapshot(filename)
+                self._recording = True
+                return
+            except Exception as e:  # the engine's "started with record=false"
+                if "record" not in str(e):
+                    raise
+                self._recording = False
+        raise RuntimeError("gmlake: no history to snapshot: the engine records only when started with GMLAKE_RECORD=1 "
+                           "(or enable(record=True), or torch.cuda.memory._record_memory_history() before the first CUDA tensor)")
 
     def memory_snapshot(self, mempool_id=None):
         return self._snapshot()["segments"]
