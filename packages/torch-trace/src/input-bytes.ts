@@ -21,13 +21,19 @@ export function pickleBytes(input: Uint8Array, source: string, limits: Partial<R
     bytes = gunzip(input, source, inflateLimit(input.length, limits));
     if (bytes.length === 0) throw new SnapshotError("EMPTY", source, "gzip holds no data");
   }
+  checkPickleStart(bytes, source, gzip);
+  return { bytes, gzip };
+}
+
+/** A pickle must start with PROTO (0x80) or, for protocol 0/1, with MARK or EMPTY_DICT; else NOT_A_PICKLE. */
+function checkPickleStart(bytes: Uint8Array, source: string, gzip: boolean): void {
   const b0 = bytes[0];
   if (b0 === 0x80) {
     if (bytes.length < 2) throw new SnapshotError("TRUNCATED", source, "truncated pickle: PROTO without its version", 0);
     if (bytes[1] > 5) throw new SnapshotError("NOT_A_PICKLE", source, `not a pickle, or an unsupported protocol ${bytes[1]}`, 0);
-    return { bytes, gzip };
+    return;
   }
-  if (b0 === 0x7d /* EMPTY_DICT */ || b0 === 0x28 /* MARK */) return { bytes, gzip };
+  if (b0 === 0x7d /* EMPTY_DICT */ || b0 === 0x28 /* MARK */) return;
   throw new SnapshotError("NOT_A_PICKLE", source, `not a pickle${gzip ? " inside the gzip" : ""} (${sniff(bytes)})`);
 }
 
@@ -42,16 +48,22 @@ function gunzip(input: Uint8Array, source: string, max: number): Uint8Array {
     // maxOutputLength stops a gzip bomb after `max` bytes instead of filling the memory.
     return gunzipSync(input, { chunkSize, maxOutputLength: max });
   } catch (e) {
-    const err = e as NodeJS.ErrnoException;
-    const msg = err.message ?? String(e);
-    if (err.code === "Z_BUF_ERROR" || /unexpected end/i.test(msg)) {
-      throw new SnapshotError("TRUNCATED", source, `truncated gzip (${msg})`);
-    }
-    if (err.code === "ERR_BUFFER_TOO_LARGE" || /too large|larger than/i.test(msg)) {
-      throw new SnapshotError("LIMIT", source, `the gzip data inflates to more than the reader's limit maxInflatedBytes=${max} (${limitHint("maxInflatedBytes")})`);
-    }
-    throw new SnapshotError("BAD_GZIP", source, `bad gzip data (${msg})`);
+    throw gzipError(e, source, max);
   }
+}
+
+/** zlib's error as the reader reports it: TRUNCATED, LIMIT (maxInflatedBytes) or BAD_GZIP. */
+function gzipError(e: unknown, source: string, max: number): SnapshotError {
+  if (e instanceof SnapshotError) return e;
+  const err = e as NodeJS.ErrnoException;
+  const msg = err.message ?? String(e);
+  if (err.code === "Z_BUF_ERROR" || /unexpected end/i.test(msg)) return new SnapshotError("TRUNCATED", source, `truncated gzip (${msg})`);
+  if (err.code === "ERR_BUFFER_TOO_LARGE" || /too large|larger than/i.test(msg)) return inflatedTooLarge(source, max);
+  return new SnapshotError("BAD_GZIP", source, `bad gzip data (${msg})`);
+}
+
+function inflatedTooLarge(source: string, max: number): SnapshotError {
+  return new SnapshotError("LIMIT", source, `the gzip data inflates to more than the reader's limit maxInflatedBytes=${max} (${limitHint("maxInflatedBytes")})`);
 }
 
 function sniff(b: Uint8Array): string {

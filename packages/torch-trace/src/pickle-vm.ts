@@ -48,6 +48,65 @@ export interface PickleBuilder {
 const TWO32 = 4294967296;
 
 /**
+ * The memo as value ids in a typed array (0 = no entry): a real snapshot memoizes two
+ * things per trace entry (the entry dict and a fresh 'N/A'), 20 M slots for 10 M events,
+ * which as a JS array cost 8 bytes each and a scan at every major GC. Equal strings and
+ * the same objects share an id; the last two values are cached (the entries alternate).
+ */
+class Memo {
+  length = 0;
+  private ids = new Int32Array(1024);
+  private readonly vals: PyValue[] = [undefined];
+  private readonly idOf = new Map<PyValue, number>();
+  private k0: PyValue = undefined;
+  private i0 = 0;
+  private k1: PyValue = undefined;
+  private i1 = 0;
+  /** Which cached value is the older: k1 (true) or k0. */
+  private older = false;
+
+  get(idx: number): PyValue {
+    return idx >= 0 && idx < this.length ? this.vals[this.ids[idx]] : undefined;
+  }
+
+  set(idx: number, v: PyValue): void {
+    if (idx >= this.ids.length) {
+      const b = new Int32Array(Math.max(idx + 1, this.ids.length * 2));
+      b.set(this.ids);
+      this.ids = b;
+    }
+    if (idx >= this.length) this.length = idx + 1;
+    let id: number;
+    if (v === this.k0 && this.i0 !== 0) id = this.i0;
+    else if (v === this.k1 && this.i1 !== 0) id = this.i1;
+    else {
+      const dedup = !(typeof v === "number" && Object.is(v, -0));
+      id = (dedup ? this.idOf.get(v) : undefined) ?? this.vals.push(v) - 1;
+      if (dedup) this.idOf.set(v, id);
+      // The older of the two cached values makes room.
+      if (this.older) {
+        this.k1 = v;
+        this.i1 = id;
+      } else {
+        this.k0 = v;
+        this.i0 = id;
+      }
+      this.older = !this.older;
+    }
+    this.ids[idx] = id;
+  }
+
+  /** Back to `len` entries (the ones above read as missing again). */
+  truncate(len: number): void {
+    if (len < this.length) this.ids.fill(0, len, this.length);
+    this.length = len;
+  }
+}
+
+/** Bytes kept ahead in the window (more than any opcode but a long payload needs). */
+const WINDOW_MARGIN = 1 << 16;
+
+/**
  * What a built value costs on V8's heap, in bytes (measured on Node 20: an empty Map
  * takes ~184, an array ~32, a slot 8): maxValueBytes bounds their sum, so that a file of
  * millions of empty dicts stops long before the heap does.
@@ -68,18 +127,22 @@ export class PickleVM {
   /** Stack depths at each MARK (the metastack): marks[0..mp). */
   private marks = new Int32Array(64);
   private mp = 0;
-  readonly memo: PyValue[] = [];
-  /** Offset of the opcode being executed (for errors). */
+  private readonly memo = new Memo();
+  /** Offset in the window (buf) of the opcode being executed; base + opPos is the pickle's. */
   opPos = 0;
+  /** Offset in the pickle of buf[0]: the input comes in windows (see `more`). */
+  base = 0;
   protocol = 0;
   /** Byte offset just after STOP. */
   endPos = 0;
-  private readonly dv: DataView;
+  private dv: DataView;
   private readonly strCache: (string | undefined)[] = new Array(17);
   private readonly strCachePos = new Int32Array(17).fill(-1);
   private readonly td = new TextDecoder("utf-8", { fatal: false });
 
-  private readonly buf: Uint8Array;
+  private buf: Uint8Array;
+  /** No more input after buf (else `more` gives the next bytes). */
+  private eof: boolean;
   readonly limits: ReadLimits;
   // Copies of the limits and the running counts they bound (see read-limits.ts).
   private readonly maxStack: number;
@@ -92,16 +155,24 @@ export class PickleVM {
   /** Bytes of str / bytes / int payloads decoded. */
   decoded = 0;
 
+  /**
+   * `bytes` is the whole pickle, or with `more` its first bytes: `more()` gives the next
+   * ones (null at the end), so that a large file is read through a window of a few MiB
+   * instead of being held whole (`pickleBytes`, its size or an estimate, sets the limits).
+   */
   constructor(
     bytes: Uint8Array,
     private readonly source: string,
     private readonly builder?: PickleBuilder,
     limits?: Partial<ReadLimits>,
+    private readonly more?: () => Uint8Array | null,
+    pickleBytes = bytes.length,
   ) {
     // A plain Uint8Array view (not a Buffer subclass) keeps element loads monomorphic.
     this.buf = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     this.dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    this.limits = readLimits(bytes.length, limits);
+    this.eof = more === undefined;
+    this.limits = readLimits(pickleBytes, limits);
     this.maxStack = this.limits.maxStackDepth;
     this.maxMemo = this.limits.maxMemoEntries;
     this.maxValueBytes = this.limits.maxValueBytes;
@@ -129,7 +200,41 @@ export class PickleVM {
   }
 
   fail(code: SnapshotErrorCode, detail: string, at = this.opPos): never {
-    throw new SnapshotError(code, this.source, detail, at);
+    throw new SnapshotError(code, this.source, detail, this.base + at);
+  }
+
+  /**
+   * Moves the window to start at `pos` and fills it until `need` bytes follow (or the input
+   * ends); returns pos's offset in the new window (0). The caller reloads buf, dv and len.
+   */
+  private refill(pos: number, need: number): number {
+    const old = this.buf;
+    // From the opcode on (its byte names it in messages), or from pos.
+    const from = this.opPos >= 0 && this.opPos < pos ? this.opPos : pos;
+    const parts: Uint8Array[] = [old.subarray(from)];
+    let have = old.length - from;
+    need += pos - from;
+    while (have < need && !this.eof) {
+      const c = this.more!();
+      if (c === null) this.eof = true;
+      else if (c.length > 0) {
+        parts.push(c);
+        have += c.length;
+      }
+    }
+    const b = new Uint8Array(have);
+    let o = 0;
+    for (const p of parts) {
+      b.set(p, o);
+      o += p.length;
+    }
+    this.buf = b;
+    this.dv = new DataView(b.buffer);
+    this.base += from;
+    this.opPos -= from;
+    // The short-string cache points into the window.
+    for (let i = 0; i < this.strCachePos.length; i++) this.strCachePos[i] = this.strCachePos[i] >= from ? this.strCachePos[i] - from : -1;
+    return pos - from;
   }
 
   private truncated(pos: number, n: number): never {
@@ -211,15 +316,21 @@ export class PickleVM {
 
   /** A text line from `pos` (protocol 0 opcodes); returns [text, next pos]. */
   private line(pos: number): [string, number] {
-    const b = this.buf;
+    let b = this.buf;
     let i = pos;
-    while (i < b.length && b[i] !== 0x0a) i++;
+    for (;;) {
+      while (i < b.length && b[i] !== 0x0a) i++;
+      if (i < b.length || this.eof) break;
+      i -= pos;
+      pos = this.refill(pos, b.length - pos + (1 << 20)); // the caller reloads its window
+      b = this.buf;
+    }
     if (i >= b.length) this.fail("TRUNCATED", `truncated pickle: ${opcodeName(b[this.opPos])} line has no newline`);
     return [this.latin1(pos, i - pos), i + 1];
   }
 
   private memoGet(idx: number): PyValue {
-    const v = idx < this.memo.length ? this.memo[idx] : undefined;
+    const v = this.memo.get(idx);
     if (v === undefined) this.fail("BAD_PICKLE", `memo key ${idx} not found`);
     return v;
   }
@@ -227,7 +338,7 @@ export class PickleVM {
   private memoPut(idx: number, v: PyValue): void {
     if (idx >= this.maxMemo) this.memoFull(idx);
     if (v instanceof BuiltContainer && this.builder !== undefined) v = this.builder.memoized(v, idx);
-    this.memo[idx] = v;
+    this.memo.set(idx, v);
   }
 
   private memoFull(idx: number): never {
@@ -339,7 +450,7 @@ export class PickleVM {
         // BINGET
         if (pos + 2 > len) return -1;
         const idx = b[pos + 1];
-        const v = idx < this.memo.length ? this.memo[idx] : undefined;
+        const v = this.memo.get(idx);
         if (v === undefined || v instanceof BuiltContainer) return -1;
         this.sv = v;
         this.svIsNum = false;
@@ -349,7 +460,7 @@ export class PickleVM {
         // LONG_BINGET
         if (pos + 5 > len) return -1;
         const idx = this.dv.getUint32(pos + 1, true);
-        const v = idx < this.memo.length ? this.memo[idx] : undefined;
+        const v = this.memo.get(idx);
         if (v === undefined || v instanceof BuiltContainer) return -1;
         this.sv = v;
         this.svIsNum = false;
@@ -396,17 +507,17 @@ export class PickleVM {
     if (op === 0x94) {
       const idx = this.memo.length;
       if (idx >= this.maxMemo) this.memoFull(idx);
-      this.memo[idx] = v;
+      this.memo.set(idx, v);
       return pos + 1;
     }
     if (op === 0x71 && pos + 2 <= b.length) {
-      this.memo[b[pos + 1]] = v;
+      this.memo.set(b[pos + 1], v);
       return pos + 2;
     }
     if (op === 0x72 && pos + 5 <= b.length) {
       const idx = this.dv.getUint32(pos + 1, true);
       if (idx >= this.maxMemo) this.memoFull(idx);
-      this.memo[idx] = v;
+      this.memo.set(idx, v);
       return pos + 5;
     }
     return pos;
@@ -459,11 +570,11 @@ export class PickleVM {
       let p: number;
       if (op === 0x6a && pos + 5 <= len) {
         const idx = b[pos + 1] | (b[pos + 2] << 8) | (b[pos + 3] << 16) | (b[pos + 4] << 24);
-        key = idx >= 0 && idx < memo.length ? memo[idx] : undefined;
+        key = memo.get(idx);
         p = pos + 5;
       } else if (op === 0x68 && pos + 2 <= len) {
         const idx = b[pos + 1];
-        key = idx < memo.length ? memo[idx] : undefined;
+        key = memo.get(idx);
         p = pos + 2;
       } else {
         p = this.scalar(pos);
@@ -495,7 +606,7 @@ export class PickleVM {
         p += 2;
       } else if ((op === 0x68 && p + 2 <= len) || (op === 0x6a && p + 5 <= len)) {
         const idx = op === 0x68 ? b[p + 1] : b[p + 1] | (b[p + 2] << 8) | (b[p + 3] << 16) | (b[p + 4] << 24);
-        const v = idx >= 0 && idx < memo.length ? memo[idx] : undefined;
+        const v = memo.get(idx);
         if (v === undefined || v instanceof BuiltContainer) break;
         if (typeof v === "number") rec.setNumber(slot, key, v);
         else rec.setValue(slot, key, v);
@@ -510,24 +621,33 @@ export class PickleVM {
     }
     // Not a record of plain scalars: undo and let the generic loop read it.
     rec.reset();
-    memo.length = memoLen;
+    memo.truncate(memoLen);
     return start;
   }
 
   /** Runs to STOP and returns the unpickled value. */
   run(): PyValue {
-    const b = this.buf;
-    const dv = this.dv;
+    let b = this.buf;
+    let dv = this.dv;
     const st = this.stack;
     const memo = this.memo;
-    const len = b.length;
+    let len = b.length;
     const builder = this.builder;
     let pos = 0;
     let sp = 0;
     // floor: the stack depth at the innermost MARK (values below it cannot be popped).
     let floor = 0;
     const maxStack = this.maxStack;
-    while (pos < len) {
+    while (pos < len || !this.eof) {
+      if (len - pos < WINDOW_MARGIN && !this.eof) {
+        // Every opcode but a long payload's fits in the margin; fillRecord stops at the window's end.
+        this.opPos = -1;
+        pos = this.refill(pos, WINDOW_MARGIN);
+        b = this.buf;
+        dv = this.dv;
+        len = b.length;
+        if (pos >= len) break;
+      }
       const op = b[pos];
       this.opPos = pos;
       pos++;
@@ -547,7 +667,7 @@ export class PickleVM {
           if (pos + 8 > len) this.truncated(pos, 8);
           const n = dv.getUint32(pos, true) + dv.getUint32(pos + 4, true) * TWO32;
           pos += 8;
-          if (n > len - pos) this.fail("TRUNCATED", `truncated pickle: FRAME of ${n} bytes, ${len - pos} left`);
+          if (this.eof && n > len - pos) this.fail("TRUNCATED", `truncated pickle: FRAME of ${n} bytes, ${len - pos} left`);
           break;
         }
         case 0x2e: {
@@ -555,7 +675,7 @@ export class PickleVM {
           if (sp !== 1 || this.mp !== 0) {
             this.fail("BAD_PICKLE", `STOP with ${sp} values and ${this.mp} open marks on the stack`);
           }
-          this.endPos = pos;
+          this.endPos = this.base + pos;
           this.sp = sp;
           const v = st[0];
           st.length = 0;
@@ -617,7 +737,7 @@ export class PickleVM {
           const n = dv.getInt32(pos, true);
           pos += 4;
           if (n < 0) this.fail("BAD_PICKLE", `LONG4 with negative length ${n}`);
-          if (pos + n > len) this.truncated(pos, n);
+          if (pos + n > len) ({ pos, b, dv, len } = this.need(pos, n));
           st[sp++] = this.long(pos, n);
           pos += n;
           break;
@@ -641,7 +761,7 @@ export class PickleVM {
           if (pos + 4 > len) this.truncated(pos, 4);
           const n = dv.getUint32(pos, true);
           pos += 4;
-          if (n > len - pos) this.truncated(pos, n);
+          if (n > len - pos) ({ pos, b, dv, len } = this.need(pos, n));
           st[sp++] = this.str(pos, n);
           pos += n;
           break;
@@ -651,7 +771,7 @@ export class PickleVM {
           if (pos + 8 > len) this.truncated(pos, 8);
           const n = dv.getUint32(pos, true) + dv.getUint32(pos + 4, true) * TWO32;
           pos += 8;
-          if (n > len - pos) this.truncated(pos, n);
+          if (n > len - pos) ({ pos, b, dv, len } = this.need(pos, n));
           st[sp++] = this.str(pos, n);
           pos += n;
           break;
@@ -671,7 +791,7 @@ export class PickleVM {
           const n = dv.getInt32(pos, true);
           pos += 4;
           if (n < 0) this.fail("BAD_PICKLE", `BINSTRING with negative length ${n}`);
-          if (n > len - pos) this.truncated(pos, n);
+          if (n > len - pos) ({ pos, b, dv, len } = this.need(pos, n));
           st[sp++] = this.latin1(pos, n);
           pos += n;
           break;
@@ -691,7 +811,7 @@ export class PickleVM {
           if (pos + 4 > len) this.truncated(pos, 4);
           const n = dv.getUint32(pos, true);
           pos += 4;
-          if (n > len - pos) this.truncated(pos, n);
+          if (n > len - pos) ({ pos, b, dv, len } = this.need(pos, n));
           this.countDecoded(n);
           st[sp++] = new Uint8Array(b.subarray(pos, pos + n));
           pos += n;
@@ -703,7 +823,7 @@ export class PickleVM {
           if (pos + 8 > len) this.truncated(pos, 8);
           const n = dv.getUint32(pos, true) + dv.getUint32(pos + 4, true) * TWO32;
           pos += 8;
-          if (n > len - pos) this.truncated(pos, n);
+          if (n > len - pos) ({ pos, b, dv, len } = this.need(pos, n));
           this.countDecoded(n);
           st[sp++] = new Uint8Array(b.subarray(pos, pos + n));
           pos += n;
@@ -712,6 +832,7 @@ export class PickleVM {
         case 0x56: {
           // UNICODE (text, raw-unicode-escape)
           const [t, next] = this.line(pos);
+          ({ b, dv, len } = this.window());
           pos = next;
           st[sp++] = t.replace(/\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})/g, (_m, u4: string | undefined, u8: string | undefined) => {
             const cp = parseInt((u4 ?? u8) as string, 16);
@@ -722,6 +843,7 @@ export class PickleVM {
         case 0x49: {
           // INT (text): also encodes bools as I00/I01
           const [t, next] = this.line(pos);
+          ({ b, dv, len } = this.window());
           pos = next;
           st[sp++] = t === "00" ? false : t === "01" ? true : this.parseIntText(t);
           break;
@@ -729,6 +851,7 @@ export class PickleVM {
         case 0x4c: {
           // LONG (text), optional trailing L
           const [t, next] = this.line(pos);
+          ({ b, dv, len } = this.window());
           pos = next;
           st[sp++] = this.parseIntText(t.endsWith("L") ? t.slice(0, -1) : t);
           break;
@@ -736,6 +859,7 @@ export class PickleVM {
         case 0x46: {
           // FLOAT (text): Python's repr, including inf / -inf / nan
           const [raw, next] = this.line(pos);
+          ({ b, dv, len } = this.window());
           pos = next;
           st[sp++] = this.parseFloatText(raw.trim());
           break;
@@ -871,6 +995,7 @@ export class PickleVM {
         case 0x70: {
           // PUT (text)
           const [t, next] = this.line(pos);
+          ({ b, dv, len } = this.window());
           pos = next;
           if (sp <= floor) this.underflow();
           this.memoPut(this.memoIndexText(t), st[sp - 1]);
@@ -888,6 +1013,7 @@ export class PickleVM {
         case 0x67: {
           // GET (text)
           const [t, next] = this.line(pos);
+          ({ b, dv, len } = this.window());
           pos = next;
           st[sp++] = this.memoGet(this.memoIndexText(t));
           break;
@@ -900,6 +1026,17 @@ export class PickleVM {
       }
     }
     return this.fail("TRUNCATED", "truncated pickle: no STOP opcode before the end of the data", len);
+  }
+
+  private window(): { b: Uint8Array; dv: DataView; len: number } {
+    return { b: this.buf, dv: this.dv, len: this.buf.length };
+  }
+
+  /** `n` payload bytes from `pos`: the window grown to hold them, or TRUNCATED when the input ends first. */
+  private need(pos: number, n: number): { pos: number; b: Uint8Array; dv: DataView; len: number } {
+    if (!this.eof) pos = this.refill(pos, n);
+    if (n > this.buf.length - pos) this.truncated(pos, n);
+    return { pos, ...this.window() };
   }
 
   private parseFloatText(t: string): number {

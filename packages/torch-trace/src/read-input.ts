@@ -1,14 +1,13 @@
-import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from "node:fs";
-import { open } from "node:fs/promises";
+import { constants, type Stats } from "node:fs";
 import { SnapshotError } from "./snapshot-error.js";
-import { FIXED_READ_LIMITS, limitHint, type ReadLimits } from "./read-limits.js";
+import { limitHint, type ReadLimits } from "./read-limits.js";
 
 /** The default cap on what is read from a stream (stdin), whose size nobody knows in advance. */
 export const STREAM_INPUT_LIMIT = 256 * 2 ** 20;
 
 // O_NONBLOCK: opening a FIFO that has no writer returns at once (fstat then refuses it)
 // instead of blocking forever; it changes nothing for a regular file.
-const OPEN_FLAGS = constants.O_RDONLY | (constants.O_NONBLOCK ?? 0);
+export const OPEN_FLAGS = constants.O_RDONLY | (constants.O_NONBLOCK ?? 0);
 
 /** Why a path that is not a regular file cannot be a snapshot, or null when it is one. */
 function notRegular(st: Stats): string | null {
@@ -20,13 +19,13 @@ function notRegular(st: Stats): string | null {
   return "is not a regular file";
 }
 
-function refuse(path: string, st: Stats, max: number): void {
+export function refuse(path: string, st: Stats, max: number): void {
   const why = notRegular(st);
   if (why !== null) throw new SnapshotError(st.isDirectory() ? "IS_DIRECTORY" : "NOT_REGULAR", path, why);
   if (st.size > max) throw tooBig(path, `a file of ${st.size} bytes`, max);
 }
 
-function tooBig(path: string, what: string, max: number): SnapshotError {
+export function tooBig(path: string, what: string, max: number): SnapshotError {
   return new SnapshotError("LIMIT", path, `${what} exceeds the reader's limit maxInputBytes=${max} (${limitHint("maxInputBytes")})`);
 }
 
@@ -65,67 +64,6 @@ class Collector {
     }
     this.chunks = [];
     return out;
-  }
-}
-
-const CHUNK = 1 << 20;
-
-/** Reads a snapshot file: a regular file of at most maxInputBytes, never blocking on a FIFO or reading a device. */
-export async function readInputFile(path: string, limits: Partial<ReadLimits> = {}): Promise<Uint8Array> {
-  const max = limits.maxInputBytes ?? FIXED_READ_LIMITS.maxInputBytes;
-  let fh;
-  try {
-    fh = await open(path, OPEN_FLAGS);
-  } catch (e) {
-    throw fileError(e, path);
-  }
-  try {
-    const st = await fh.stat();
-    refuse(path, st, max);
-    // Read up to one byte past the size that fstat gave, to see a file that grew.
-    const col = new Collector(path, max);
-    let want = st.size > 0 ? st.size + 1 : CHUNK;
-    for (;;) {
-      const buf = new Uint8Array(Math.min(want, max + 1 - col.total));
-      const { bytesRead } = await fh.read(buf, 0, buf.length, null);
-      if (bytesRead === 0) break;
-      col.add(bytesRead === buf.length ? buf : buf.subarray(0, bytesRead));
-      want = CHUNK;
-    }
-    return col.bytes();
-  } catch (e) {
-    throw fileError(e, path);
-  } finally {
-    await fh.close();
-  }
-}
-
-/** Synchronous readInputFile. */
-export function readInputFileSync(path: string, limits: Partial<ReadLimits> = {}): Uint8Array {
-  const max = limits.maxInputBytes ?? FIXED_READ_LIMITS.maxInputBytes;
-  let fd: number;
-  try {
-    fd = openSync(path, OPEN_FLAGS);
-  } catch (e) {
-    throw fileError(e, path);
-  }
-  try {
-    const st = fstatSync(fd);
-    refuse(path, st, max);
-    const col = new Collector(path, max);
-    let want = st.size > 0 ? st.size + 1 : CHUNK;
-    for (;;) {
-      const buf = new Uint8Array(Math.min(want, max + 1 - col.total));
-      const n = readSync(fd, buf, 0, buf.length, null);
-      if (n === 0) break;
-      col.add(n === buf.length ? buf : buf.subarray(0, n));
-      want = CHUNK;
-    }
-    return col.bytes();
-  } catch (e) {
-    throw fileError(e, path);
-  } finally {
-    closeSync(fd);
   }
 }
 

@@ -1,6 +1,7 @@
 import { EventLog, type EventKind } from "@gmlake/trace";
 import { pickleBytes } from "./input-bytes.js";
-import { readInputFile, readInputFileSync, readInputStream } from "./read-input.js";
+import { readInputStream } from "./read-input.js";
+import { openPickleWindow, type PickleWindow } from "./input-window.js";
 import { PickleVM } from "./pickle-vm.js";
 import { emptyReconstruction, reconstruct } from "./reconstruct.js";
 import { SnapshotError } from "./snapshot-error.js";
@@ -15,14 +16,17 @@ export type SnapshotInput = string | Uint8Array | ArrayBuffer;
 /** Reads a PyTorch memory snapshot (a path, or the file's bytes; gzip or plain pickle). */
 export async function readSnapshot(input: SnapshotInput, options: ReadOptions = {}): Promise<Snapshot> {
   if (typeof input !== "string") return readSnapshotBytes(input, options);
-  const bytes = await readInputFile(input, options.limits);
-  return readSnapshotBytes(bytes, { ...options, name: options.name ?? input });
+  return readSnapshotFileSync(input, options);
 }
 
-/** Synchronous variant of readSnapshot for a path. */
+/** Synchronous variant of readSnapshot for a path (a large file is read through a window, never whole). */
 export function readSnapshotFileSync(path: string, options: ReadOptions = {}): Snapshot {
-  const bytes = readInputFileSync(path, options.limits);
-  return readSnapshotBytes(bytes, { ...options, name: options.name ?? path });
+  const { window, close } = openPickleWindow(path, options.limits, options.windowBytes);
+  try {
+    return readPickle(window, { ...options, name: options.name ?? path });
+  } finally {
+    close();
+  }
 }
 
 /**
@@ -40,8 +44,14 @@ export function readSnapshotBytes(input: Uint8Array | ArrayBuffer, options: Read
   const source = options.name ?? "<bytes>";
   const raw = input instanceof Uint8Array ? input : new Uint8Array(input);
   const { bytes, gzip } = pickleBytes(raw, source, options.limits);
-  const stream = new SnapshotStream(source, options.frames === true, bytes.length);
-  const vm = new PickleVM(bytes, source, stream, options.limits);
+  return readPickle({ first: bytes, gzip, pickleBytes: bytes.length }, options);
+}
+
+function readPickle(w: PickleWindow, options: ReadOptions): Snapshot {
+  const source = options.name ?? "<bytes>";
+  const gzip = w.gzip;
+  const stream = new SnapshotStream(source, options.frames === true, w.pickleBytes);
+  const vm = new PickleVM(w.first, source, stream, options.limits, w.more, w.pickleBytes);
   stream.attach(vm);
   let value: unknown;
   try {
@@ -49,7 +59,7 @@ export function readSnapshotBytes(input: Uint8Array | ArrayBuffer, options: Read
   } catch (e) {
     if (e instanceof SnapshotError) throw e;
     // A RangeError (e.g. out of memory for an absurd container) is still bad input to us.
-    throw new SnapshotError("BAD_PICKLE", source, `cannot unpickle (${(e as Error).message})`, vm.opPos);
+    throw new SnapshotError("BAD_PICKLE", source, `cannot unpickle (${(e as Error).message})`, vm.base + vm.opPos);
   }
   const root = stream.rootOf(value);
   stream.finishDeviceTraces(root);

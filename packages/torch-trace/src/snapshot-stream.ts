@@ -155,9 +155,10 @@ export class SnapshotStream implements PickleBuilder {
     private readonly source: string,
     keepFrames: boolean,
     /** Pickle size in bytes: real snapshots take ~72 bytes per entry, so this sizes the log once. */
-    pickleBytes = 0,
+    private readonly pickleBytes = 0,
   ) {
-    this.log = new EventLog(Math.min(1 << 24, Math.max(1 << 6, Math.ceil(pickleBytes / 64))));
+    // At most 1 M rows at first: growLog then projects the whole from the rate so far.
+    this.log = new EventLog(Math.min(1 << 20, Math.max(1 << 6, Math.ceil(pickleBytes / 64))));
     this.frames = keepFrames ? [] : undefined;
   }
 
@@ -325,9 +326,11 @@ export class SnapshotStream implements PickleBuilder {
       return;
     }
     const isOom = kind === EventKind.oom;
-    const a = this.num(e, S_ADDR, e.addr, tl, !isOom && kind !== EventKind.snapshot);
-    const sz = this.num(e, S_SIZE, e.size, tl, true);
-    const rawStream = this.num(e, S_STREAM, e.stream, tl, false);
+    // The common case inline: the field is there as a plain number (num() for the rest).
+    const has = e.has;
+    const a = (has & (1 << S_ADDR)) !== 0 ? e.addr : this.num(e, S_ADDR, e.addr, tl, !isOom && kind !== EventKind.snapshot);
+    const sz = (has & (1 << S_SIZE)) !== 0 ? e.size : this.num(e, S_SIZE, e.size, tl, true);
+    const rawStream = (has & (1 << S_STREAM)) !== 0 ? e.stream : this.num(e, S_STREAM, e.stream, tl, false);
     let sid: number;
     if (rawStream === this.lastStreamRaw && this.lastStreamId >= 0) {
       sid = this.lastStreamId;
@@ -338,7 +341,7 @@ export class SnapshotStream implements PickleBuilder {
       this.lastStreamRaw = rawStream;
       this.lastStreamId = sid;
     }
-    const t = this.num(e, S_TIME, e.timeUs, tl, false);
+    const t = (has & (1 << S_TIME)) !== 0 ? e.timeUs : this.num(e, S_TIME, e.timeUs, tl, false);
     const aux = isOom ? this.num(e, S_DEVICE_FREE, e.deviceFree, tl, false) : 0;
     // Values PyTorch cannot record (c10 keeps them as size_t / uintptr_t / int64 µs): one
     // test on the common path, the exact reason only on failure. NaN fails every compare.
@@ -347,8 +350,20 @@ export class SnapshotStream implements PickleBuilder {
     }
     if (t !== 0) tl.lastTime = t; // 0: no time recorded (older torch, or an exporter's placeholder), not ordered
     if (tl.owner !== this.curOwner) this.ownerChange(tl.owner);
+    if (this.log.length === this.log.kind.length) this.growLog();
     const row = this.log.push(kind as EventKind, a, sz, sid, tl.device, t, aux);
     if (this.frames !== undefined && e.frames !== undefined) this.frames[row] = toFrames(e.frames);
+  }
+
+  /**
+   * The log is full: room for the rows the rest of the pickle will hold at the rate so far
+   * (and 5% more), not twice the rows (a 10 M-event file would hold 16 M rows, 230 MB idle).
+   */
+  private growLog(): void {
+    const n = this.log.length;
+    const at = this.vm.base + this.vm.opPos;
+    const projected = at > 0 && this.pickleBytes > at ? Math.ceil(n * (this.pickleBytes / at) * 1.05) : 0;
+    this.log.reserve(Math.max(n + 1024, Math.min(projected, 16 * n)));
   }
 
   private badValues(tl: TraceList, sz: number, a: number, rawStream: number, t: number, aux: number): never {

@@ -84,4 +84,10 @@ export interface ReadOptions {
   reconstruct?: boolean;
   /** Overrides of the resource bounds (read-limits.ts; the defaults grow with the input). */
   limits?: Partial<ReadLimits>;
+  /**
+   * A file larger than 16 x this is read this many bytes at a time (gzip: its inflated
+   * chunks), never whole: its pickle and the events it becomes are not in memory at once
+   * (default 4 MiB).
+   */
+  windowBytes?: number;
 }

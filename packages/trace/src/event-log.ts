@@ -57,6 +57,11 @@ export class EventLog {
     return i;
   }
 
+  /** Room for `capacity` rows without growing (a reader that can project its final count). */
+  reserve(capacity: number): void {
+    if (capacity > this.kind.length) this.grow(capacity);
+  }
+
   private grow(n: number): void {
     const grow = <T extends Uint8Array | Uint32Array | Float64Array>(a: T): T => {
       const b = new (a.constructor as new (n: number) => T)(n);
