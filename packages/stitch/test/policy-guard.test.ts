@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
+import fc from "fast-check";
 import { SimDriver } from "@gmlake/vmm";
 import { EventKind, EventLog } from "@gmlake/trace";
 import {
@@ -324,4 +325,79 @@ describe("the guard on the built-ins: the same decisions, no false alarm", () =>
   });
 });
 
-afterAll(() => {});
+/** FUZZ_RUNS scales the property (scripts/fuzz-long.sh); FUZZ_SEED replays a failure. */
+const RUNS = process.env.FUZZ_RUNS === undefined ? null : Number(process.env.FUZZ_RUNS);
+const SEED = process.env.FUZZ_SEED === undefined ? null : Number(process.env.FUZZ_SEED);
+
+describe("a generated mix of buggy outside policies", () => {
+  /** Bugs a module can have, each set off at its n-th call. */
+  const BUGS: Record<string, (inst: PolicyInstance, ctx: PolicyContext, n: number) => void> = {
+    shift: (i, _c, n) => onNth(i, n, (b) => Object.assign(b, { addr: b.addr + 512 * (1 + (n % 7)) })),
+    shrink: (i, _c, n) => onNth(i, n, (b) => Object.assign(b, { size: b.size - 512 * (1 + (n % 5)) })),
+    grow: (i, _c, n) => onNth(i, n, (b) => Object.assign(b, { size: b.size + 2 * MiB })),
+    nan: (i, _c, n) => onNth(i, n, (b) => Object.assign(b, { size: NaN })),
+    plain: (i, _c, n) => onNth(i, n, (b) => ({ ...b }) as Block),
+    twice: (i, _c, n) => {
+      let last: Block | null = null;
+      onNth(i, n, (b) => last ?? b, (b) => (last = b));
+    },
+    throws: (i, _c, n) => onNth(i, n, () => {
+      throw new RangeError("bug");
+    }),
+    mutateLive: (i, _c, n) => {
+      let last: Block | null = null;
+      onNth(i, n, (b) => (last !== null && (last.size += 512), b), (b) => (last = b));
+    },
+    unmapLive: (i, ctx, n) => {
+      let last: Block | null = null;
+      onNth(i, n, (b) => (last !== null && last.allocated && ctx.unmapChunks(last.addr, last.data as never, last.stream), b), (b) => (last = b));
+    },
+  };
+  /** malloc's n-th block goes through `bad`; every block through `seen` first. */
+  function onNth(inst: PolicyInstance, n: number, bad: (b: Block) => Block, seen: (b: Block) => void = () => {}): void {
+    const m = inst.malloc.bind(inst);
+    let k = 0;
+    inst.malloc = (s, st) => {
+      const b = m(s, st);
+      if (b === null) return null;
+      const out = ++k === n ? bad(b) : b;
+      seen(b);
+      return out;
+    };
+  }
+  it("each run ends in a PolicyFault or in books that add up: never another error, never utilization above 1", () => {
+    const ends = { fault: 0, done: 0 };
+    fc.assert(
+      fc.property(fc.constantFrom(...Object.keys(BUGS)), fc.integer({ min: 1, max: 60 }), fc.integer({ min: 1, max: 1 << 30 }), (bug, n, seed) => {
+        const p = buggy(`fuzz-${bug}`, (inst, ctx) => BUGS[bug]!(inst, ctx, n));
+        const r = rng(seed);
+        const l = new EventLog(256);
+        l.streamId(0);
+        const live: [number, number][] = [];
+        for (let i = 0; i < 120; i++) {
+          if (live.length > 0 && r() < 0.45) {
+            const [a, z] = live.splice(Math.floor(r() * live.length), 1)[0]!;
+            l.push(FC, a, z, 0, 0, i);
+          } else {
+            const z = 1 + Math.floor(r() * 8 * MiB);
+            l.push(A, 0x1000 * (i + 1) * 4096, z, 0, 0, i);
+            live.push([0x1000 * (i + 1) * 4096, z]);
+          }
+        }
+        try {
+          const res = replay(l, { policy: p, driver: new SimDriver(), recorder: null });
+          expect(res.utilization).toBeLessThanOrEqual(1);
+          expect(res.peakAllocatedBytes).toBeGreaterThanOrEqual(res.peakRequestedBytes);
+          ends.done++;
+        } catch (e) {
+          expect(e, String(e)).toBeInstanceOf(PolicyFault);
+          ends.fault++;
+        }
+      }),
+      { numRuns: RUNS ?? 300, seed: SEED ?? 33 },
+    );
+    // both ends happen: the bugs are set off (most runs) and some are harmless (a grow into its own chunk)
+    expect(ends.fault).toBeGreaterThan(ends.done);
+    expect(ends.fault + ends.done).toBe(RUNS ?? 300);
+  });
+});
