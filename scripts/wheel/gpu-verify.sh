@@ -4,7 +4,9 @@
 #   here:   bash scripts/wheel/build.sh                    (build/wheel/gmlake_torch-*.whl)
 #   there:  `run` with carry ["build/wheel"]: bash scripts/wheel/gpu-verify.sh
 # 1. a venv over the image's python (--system-site-packages: its torch; --without-pip: the
-#    image's own pip installs into it), `pip install --no-index` the wheel;
+#    image's own pip installs into it), `pip install --no-index` the wheel; where no venv can
+#    be made (or INSTALL=user), `pip install --user` into a PYTHONUSERBASE of its own, a site
+#    dir too, so the .pth hook runs there the same way;
 # 2. python -m gmlake_torch info, check --driver cuda;
 # 3. GMLAKE_POLICY=vms python scripts/wheel/train_check.py (nothing of ours in the script);
 # 4. the same under torchrun (python -m torch.distributed.run --nproc-per-node 1);
@@ -32,12 +34,22 @@ whls=("$root"/build/wheel/gmlake_torch-*.whl)
 whl=${whls[0]}
 venv=$(mktemp -d "${TMPDIR:-/tmp}/gmlake-venv.XXXXXX")
 trap 'rm -rf "$venv"' EXIT
+"$python" -m pip --version >/dev/null 2>&1 || fail "$python has no pip ($python -m pip)"
 
-echo "== install $(basename "$whl") ($(du -h "$whl" | cut -f1)) into a venv over $("$python" -c 'import sys, torch; print(sys.executable, "torch", torch.__version__)')"
-"$python" -m venv --system-site-packages --without-pip "$venv" || fail "$python -m venv"
-py="$venv/bin/python"
-"$py" -m pip --version >/dev/null 2>&1 || fail "$python has no pip for the venv to use ($python -m pip)"
-"$py" -m pip install --no-index --no-deps --disable-pip-version-check "$whl" >"$out/pip.log" 2>&1 || { cat "$out/pip.log" >&2; fail "pip install"; }
+echo "== install $(basename "$whl") ($(du -h "$whl" | cut -f1)) over $("$python" -c 'import sys, torch; print(sys.executable, "torch", torch.__version__)')"
+pip_flags=(--no-index --no-deps --disable-pip-version-check)
+if [ "${INSTALL:-venv}" = venv ] && "$python" -m venv --system-site-packages --without-pip "$venv/env" 2>"$out/venv.log"; then
+  py="$venv/env/bin/python"
+  echo "into a venv with the system's site-packages: $venv/env"
+else
+  [ "${INSTALL:-venv}" = venv ] && echo "no venv ($(tail -1 "$out/venv.log")): pip install --user into a PYTHONUSERBASE of its own"
+  export PYTHONUSERBASE="$venv/user"
+  py=$python
+  pip_flags+=(--user)
+  # a distribution's python may refuse --user installs (PEP 668): this user base is ours alone
+  if "$python" -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then pip_flags+=(--break-system-packages); fi
+fi
+"$py" -m pip install "${pip_flags[@]}" "$whl" >"$out/pip.log" 2>&1 || { cat "$out/pip.log" >&2; fail "pip install"; }
 tail -1 "$out/pip.log"
 "$py" -m gmlake_torch info | tee "$out/info.txt"
 # the engine alone, no torch (a failure is reported at the end: the jobs still run)

@@ -3,8 +3,9 @@
 stand-in torch on PYTHONPATH (its torchrun runs one worker), the engine on the host driver, and
 in place of the GPT-2 job a script that allocates through PyTorch's function pointers and then
 calls train_check.report (the RESULT the real job prints). It must pass with ours under
-GMLAKE_POLICY (alone and under torchrun) and PyTorch's without; and fail when the figures
-torch.cuda answers are not the engine's (a stand-in report that lies about one).
+GMLAKE_POLICY (alone and under torchrun) and PyTorch's without, installed into a venv and with
+pip --user (INSTALL=user); and fail when the figures torch.cuda answers are not the engine's
+(a stand-in report that lies about one).
 
   usage: python3 scripts/wheel/test_gpu_verify.py WHEEL
 """
@@ -49,17 +50,18 @@ def main(argv):
     spec.loader.exec_module(api)
     with tempfile.TemporaryDirectory() as d:
         torch_dir = api.stand_in(os.path.join(d, "stand-in"))
-        for name, lie, want_rc in (("honest", "", 0), ("lying", "torch.cuda.max_memory_allocated = lambda device=None: 1", 1)):
+        for name, lie, want_rc, install in (("honest", "", 0, "venv"), ("lying", "torch.cuda.max_memory_allocated = lambda device=None: 1", 1, "venv"),
+                                            ("honest-user", "", 0, "user")):
             job = os.path.join(d, f"{name}.py")
             with open(job, "w") as f:
                 f.write(JOB.format(here=HERE, lie=lie))
-            r = run(wheel, os.path.join(d, f"out-{name}"), job, {"PYTHONPATH": torch_dir})
+            r = run(wheel, os.path.join(d, f"out-{name}"), job, {"PYTHONPATH": torch_dir, "INSTALL": install})
             text = r.stdout + r.stderr
             if r.returncode != want_rc:
                 print(text[-4000:])
                 print(f"test_gpu_verify: the {name} job: exit {r.returncode}, expected {want_rc}", file=sys.stderr)
                 return 1
-            if name == "honest":
+            if name.startswith("honest"):
                 for want in ("gmlake:vms: max_memory_allocated 0.017 GiB", "equal to the engine's", "pytorch: max_memory_allocated 0.000",
                              "gmlake vms allocator memory summary", "gpu-verify: passed"):
                     if want not in text:
