@@ -54,6 +54,15 @@ const where = (call: string, size: number, stream: number) => `${call}(${size}, 
 
 const hex = (a: number) => (typeof a === "number" && Number.isFinite(a) ? "0x" + a.toString(16) : String(a));
 
+/** What a policy threw, in one line, whatever it is (an object whose toString throws too). */
+function described(e: unknown): string {
+  try {
+    return e instanceof Error ? `${e.name}: ${String(e.message).split("\n")[0]}` : `a non-error value ${String(e).slice(0, 80)}`;
+  } catch {
+    return `a value that cannot be printed (${typeof e})`;
+  }
+}
+
 /** A Block of this package or of another installed copy of it (a policy package with its own @gmlake/stitch). */
 function isBlock(b: unknown): b is Block {
   if (b instanceof Block) return true;
@@ -110,8 +119,7 @@ export class PolicyGuard {
   private threw(call: string, e: unknown): unknown {
     if (e instanceof PolicyFault) return e;
     if (e instanceof VmmError && HOST_RESOURCE_CODES.includes(e.code)) return e;
-    const what = e instanceof Error ? `${e.name}: ${e.message.split("\n")[0]}` : `a non-error value ${String(e).slice(0, 80)}`;
-    return this.fault("threw", `threw in ${call}: ${what}`);
+    return this.fault("threw", `threw in ${call}: ${described(e)}`);
   }
 
   /** Runs one call of the policy's: its errors become its faults; the watch sees it begin and end. */
@@ -275,7 +283,7 @@ export class PolicyGuard {
       f();
     } catch (e) {
       if (e instanceof PolicyFault || (e instanceof VmmError && HOST_RESOURCE_CODES.includes(e.code))) throw e;
-      throw this.fault("invariant", `broke an invariant: ${e instanceof Error ? e.message.split("\n")[0] : String(e)}`);
+      throw this.fault("invariant", `broke an invariant: ${e instanceof StitchError ? e.message.split("\n")[0] : described(e)}`);
     } finally {
       if (w !== null) w.leave();
     }

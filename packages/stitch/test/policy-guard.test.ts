@@ -223,7 +223,16 @@ describe("an outside policy's errors name it and the call", () => {
     const check = (p: Policy) => faultOf(() => replay(trace(4, 3 * MiB), { policy: p, driver: new SimDriver(), recorder: null, checkInvariants: 1 }));
     expect([check(fails).rule, check(fails).message]).toEqual(["invariant", expect.stringMatching(/^policy check-fails \(not a built-in\) broke an invariant: check-fails: pool out of order/)]);
     const throws = buggy("check-throws", (inst) => Object.assign(inst, { check: () => (null as unknown as { x: string }).x }));
-    expect(check(throws).message).toMatch(/broke an invariant: Cannot read properties of null/);
+    expect(check(throws).message).toMatch(/broke an invariant: TypeError: Cannot read properties of null/);
+  });
+
+  it("a thrown value that cannot even be printed", () => {
+    const p = buggy("throws-odd", (inst) => {
+      inst.malloc = () => {
+        throw Object.create(null);
+      };
+    });
+    expect(faultOf(() => onSim(p)).message).toMatch(/threw in malloc: a value that cannot be printed \(object\)/);
   });
 
   it("counters that are not finite numbers", () => {
