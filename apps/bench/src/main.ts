@@ -34,7 +34,8 @@ sim run per trace x policy under a capacity of F x the trace's peak requested by
 Before its first cuda task a worker makes a few driver calls of each kind, untimed, so
 that the driver's lazy first-use cost does not land on the first trace (--no-warmup).
 --policy-module loads a module whose default export is a policy or a list of them (a
-file or an installed package; repeatable): its policies run beside the built-ins.
+file or an installed package; repeatable): its policies run beside the built-ins, in a
+watched thread (a call past GMLAKE_POLICY_BUDGET_S seconds, default 10, fails its task).
 --set KNOB=VALUE goes to every policy that has the knob (checked before any run: a knob
 none of them has, or a bad value, exits 2; 'gmlake policies' lists the knobs).
 --shard I/N runs only tasks I, I+N, I+2N ... of the sweep (0-based I: a Slurm array
