@@ -26,7 +26,7 @@ export function pickleBytes(input: Uint8Array, source: string, limits: Partial<R
 }
 
 /** A pickle must start with PROTO (0x80) or, for protocol 0/1, with MARK or EMPTY_DICT; else NOT_A_PICKLE. */
-function checkPickleStart(bytes: Uint8Array, source: string, gzip: boolean): void {
+export function checkPickleStart(bytes: Uint8Array, source: string, gzip: boolean): void {
   const b0 = bytes[0];
   if (b0 === 0x80) {
     if (bytes.length < 2) throw new SnapshotError("TRUNCATED", source, "truncated pickle: PROTO without its version", 0);
@@ -53,7 +53,7 @@ function gunzip(input: Uint8Array, source: string, max: number): Uint8Array {
 }
 
 /** zlib's error as the reader reports it: TRUNCATED, LIMIT (maxInflatedBytes) or BAD_GZIP. */
-function gzipError(e: unknown, source: string, max: number): SnapshotError {
+export function gzipError(e: unknown, source: string, max: number): SnapshotError {
   if (e instanceof SnapshotError) return e;
   const err = e as NodeJS.ErrnoException;
   const msg = err.message ?? String(e);
@@ -62,7 +62,7 @@ function gzipError(e: unknown, source: string, max: number): SnapshotError {
   return new SnapshotError("BAD_GZIP", source, `bad gzip data (${msg})`);
 }
 
-function inflatedTooLarge(source: string, max: number): SnapshotError {
+export function inflatedTooLarge(source: string, max: number): SnapshotError {
   return new SnapshotError("LIMIT", source, `the gzip data inflates to more than the reader's limit maxInflatedBytes=${max} (${limitHint("maxInflatedBytes")})`);
 }
 
