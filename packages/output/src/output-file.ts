@@ -10,8 +10,9 @@
  * system, so rename is atomic), fsyncs it and moves it into place: rename with `force`,
  * else link (which fails if the name appeared meanwhile: no silent clobbering even in a
  * race). On any failure the temporary file is removed, so a full disk never leaves a
- * partial file under the final name. An existing non-regular target (/dev/stdout, a
- * FIFO, /dev/full) is written in place: renaming over a device node would replace it.
+ * partial file under the final name; one a killed writer left is removed by the next
+ * write into that folder (removeStaleTemps). An existing non-regular target (/dev/stdout,
+ * a FIFO, /dev/full) is written in place: renaming over a device node would replace it.
  */
 import {
   accessSync,
@@ -239,9 +240,9 @@ function alive(pid: number): boolean {
 }
 
 /**
- * Removes the temporary files of `file` that a killed writer left (SIGKILL, power loss
- * before the rename): ours by name, of this host, of a process that no longer runs.
- * Returns how many went.
+ * Removes the temporary files that killed writers (SIGKILL, power loss before the rename)
+ * left in the folder of `file`: ours by name, of this host, of a process that no longer
+ * runs (whatever file they were for). Returns how many went.
  */
 export function removeStaleTemps(file: string): number {
   let names: string[];
@@ -250,11 +251,10 @@ export function removeStaleTemps(file: string): number {
   } catch {
     return 0;
   }
-  const base = basename(file);
   let n = 0;
   for (const name of names) {
     const m = TMP_RE.exec(name);
-    if (m === null || m[1] !== base || m[2] !== HOST_TAG) continue;
+    if (m === null || m[2] !== HOST_TAG) continue;
     const pid = Number(m[3]);
     if (pid === process.pid || alive(pid)) continue;
     try {

@@ -166,9 +166,12 @@ describe("issue 33: outputs in odd places", () => {
     const left = readdirSync(d);
     expect(left).toHaveLength(1);
     expect(left[0]).toMatch(/^\.out\.pickle\..*\.tmp$/);
-    writeFileSync(join(d, ".other.gmlake-00000000-1-1.tmp"), ""); // another file's, another host's: kept
-    writeOutputFile(checkOutputFile(f), "done");
-    expect(readdirSync(d).sort()).toEqual([".other.gmlake-00000000-1-1.tmp", "out.pickle"]);
+    const host = /\.gmlake-([0-9a-f]{8})-/.exec(left[0]!)![1];
+    writeFileSync(join(d, `.other.gmlake-${host === "00000000" ? "11111111" : "00000000"}-1-1.tmp`), ""); // another host's: kept
+    writeFileSync(join(d, `.x.gmlake-${host}-${process.pid}-99.tmp`), ""); // a live writer's (this process): kept
+    writeOutputFile(checkOutputFile(join(d, "another.svg")), "done"); // a write of any file there cleans up
+    expect(readdirSync(d).filter((x) => x.startsWith(".out.pickle."))).toEqual([]);
+    expect(readdirSync(d).filter((x) => x.endsWith(".tmp"))).toHaveLength(2);
   });
 });
 
