@@ -28,6 +28,7 @@ import {
   realpathSync,
   renameSync,
   statSync,
+  statfsSync,
   unlinkSync,
   type Stats,
 } from "node:fs";
@@ -151,6 +152,19 @@ function checkWritableDir(dir: string, path: string, option: string | undefined)
     accessSync(dir, constants.W_OK);
   } catch (e) {
     throw pathError(errnoCode(e), path, option, `cannot write in ${terminalSafe(dir)}: ${describeErrno(errnoCode(e))}`);
+  }
+  const fs = kernelFileSystem(dir);
+  if (fs !== null) throw pathError("EPERM", path, option, `${terminalSafe(dir)} is on ${fs}, which holds no files of ours`);
+}
+
+/** procfs, sysfs, cgroupfs, ... by statfs type: writable for root, yet no file can be made there. */
+const KERNEL_FS: Readonly<Record<number, string>> = { 0x9fa0: "procfs", 0x62656572: "sysfs", 0x27e0eb: "cgroupfs", 0x63677270: "cgroup2fs", 0x64626720: "debugfs", 0x74726163: "tracefs", 0x73636673: "securityfs" };
+
+function kernelFileSystem(dir: string): string | null {
+  try {
+    return KERNEL_FS[Number(statfsSync(dir).type)] ?? null;
+  } catch {
+    return null; // no statfs here: the write itself will tell
   }
 }
 

@@ -137,6 +137,10 @@ describe("issue 33: outputs in odd places", () => {
     expect(r.error).toBeUndefined(); // not killed by the timeout
     expect(r.stdout).toMatch(/^path E[A-Z]+ --report \/proc\/gmlake-no\/sub: cannot create the directory/);
   });
+  it.skipIf(!existsSync("/proc/self"))("a file in /proc itself is refused at the check (root may write there, yet no file can be made)", () => {
+    const e = caught(() => checkOutputFile("/proc/gmlake-x.svg", { option: "--plot" }));
+    expect([e.kind, e.message]).toEqual(["path", "--plot /proc/gmlake-x.svg: /proc is on procfs, which holds no files of ours"]);
+  });
   it("a directory below an existing file: a path error naming ENOTDIR, not a raw system error", () => {
     writeFileSync(join(tmp, "plain"), "");
     const e = caught(() => checkOutputDir(join(tmp, "plain", "sub"), { option: "--report" }));
