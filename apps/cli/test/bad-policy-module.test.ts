@@ -99,7 +99,12 @@ describe("a misbehaving policy module: one line naming it, exit 2", () => {
   });
 
   it("an unhandled rejection", () => {
-    oneLine(replayWith(module("reject.mjs", "reject", { top: "Promise.reject(new Error('boom'));" }), "reject"), /^gmlake: policy module \.\/reject\.mjs: an uncaught error or unhandled rejection.*: Error: boom/);
+    oneLine(replayWith(module("reject.mjs", "reject", { top: "Promise.reject(new Error('boom'));" }), "reject"), /^gmlake: policy module \.\/reject\.mjs: an (uncaught error or )?unhandled rejection.*: Error: boom/);
+  });
+
+  it("a rejection or a throw from a timer the module set", () => {
+    oneLine(replayWith(module("late.mjs", "late", { top: "setTimeout(() => Promise.reject(new Error('late')), 0);" }), "late"), /^gmlake: policy module \.\/late\.mjs: an (uncaught error or )?unhandled rejection.*: Error: late/);
+    oneLine(replayWith(module("tick.mjs", "tick", { top: "setTimeout(() => { throw new Error('tick'); }, 0);" }), "tick"), /^gmlake: policy module \.\/tick\.mjs: an uncaught error or unhandled rejection.*: Error: tick/);
   });
 
   it("a heap blow-up at import", () => {

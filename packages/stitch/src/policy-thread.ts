@@ -83,9 +83,19 @@ export function policyThreadData(): unknown {
 
 /** In a policy thread: answer `ask` requests with `f` (one at a time); an `exit` request ends the thread. */
 export function servePolicyThread(f: (request: unknown) => Promise<unknown> | unknown): void {
+  // A module's stray rejection (at import, or later) fails the run: reported, then the thread ends.
+  process.on("unhandledRejection", (e) => {
+    parentPort!.postMessage({ failure: `an unhandled rejection: ${e instanceof Error ? `${e.name}: ${String(e.message).split("\n")[0]}` : String(e)}` });
+    process.exit(1);
+  });
   parentPort!.on("message", async (m: { ask?: unknown; exit?: true }) => {
     if (m.exit) process.exit(0); // here: ends this thread, and the timers a module left
-    parentPort!.postMessage({ answer: await f(m.ask) });
+    const answer = await f(m.ask);
+    // a turn of the event loop first (timers due now included): rejections left unhandled
+    // so far, and errors of a module's timer set to run at once, are reported in it
+    await new Promise((r) => setTimeout(r, 1));
+    await new Promise((r) => setImmediate(r));
+    parentPort!.postMessage({ answer });
   });
 }
 
@@ -127,7 +137,12 @@ export class PolicyThread {
     this.failure = null;
     const w = new Worker(this.entry, { workerData: { gmlakePolicyThread: { watch: buffer, data: this.opts.data } } satisfies ThreadData, stdin: this.opts.stdin === true });
     if (this.opts.stdin) process.stdin.pipe(w.stdin!);
-    w.on("message", (m: { answer?: unknown }) => this.answer({ ok: true, value: m.answer }));
+    w.on("message", (m: { answer?: unknown; failure?: string }) => {
+      if (m.failure === undefined) return this.answer({ ok: true, value: m.answer });
+      const at = this.watch!.now();
+      this.failure = `${at === null ? this.who() : at[0]}: ${m.failure}`;
+      void w.terminate(); // the exit answers with the failure
+    });
     w.on("error", (e: Error & { code?: string }) => {
       const at = this.watch!.now();
       const who = at === null ? this.who() : at[0];
