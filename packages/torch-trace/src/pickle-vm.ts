@@ -555,6 +555,7 @@ export class PickleVM {
     this.pushMark(sp);
     const start = pos;
     const memoLen = memo.length;
+    const valueBytes = this.valueBytes;
     const keys = this.keyCache;
     const slots = this.slotCache;
     for (let j = 0; ; j++) {
@@ -601,6 +602,25 @@ export class PickleVM {
         for (let i = nb - 1; i >= 0; i--) v = v * 256 + b[q + i];
         rec.setNumber(slot, key, (b[q + nb - 1] & 0x80) !== 0 ? v - 2 ** (8 * nb) : v);
         p = q + nb;
+      } else if (op === 0x5d) {
+        // EMPTY_LIST: an empty list value (frames of an entry recorded without stacks). What
+        // would fill it (MARK .. APPENDS, a value then APPEND) is no key/value pair: the
+        // loop backs out there. Memoized as the generic path would.
+        const l: PyValue[] = [];
+        this.countValues(VALUE_COST.list);
+        p++;
+        if (p < len && b[p] === 0x94) {
+          this.memoPut(memo.length, l);
+          p++;
+        } else if (b[p] === 0x71 && p + 2 <= len) {
+          this.memoPut(b[p + 1], l);
+          p += 2;
+        } else if (b[p] === 0x72 && p + 5 <= len) {
+          this.memoPut(this.dv.getUint32(p + 1, true), l);
+          p += 5;
+        }
+        if (p >= len || b[p] === 0x28) break;
+        rec.setValue(slot, key, l);
       } else if (op === 0x4b && p + 2 <= len) {
         rec.setNumber(slot, key, b[p + 1]);
         p += 2;
@@ -622,6 +642,7 @@ export class PickleVM {
     // Not a record of plain scalars: undo and let the generic loop read it.
     rec.reset();
     memo.truncate(memoLen);
+    this.valueBytes = valueBytes;
     return start;
   }
 
