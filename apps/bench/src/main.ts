@@ -9,7 +9,7 @@ import { cpus, hostname } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { OutputError, terminalSafe, writeStdout } from "@gmlake/output";
-import { listPolicies, loadPolicyModules, optionsForPolicies, resolvePolicyModule } from "@gmlake/stitch";
+import { listPolicies, optionsForPolicies, resolvePolicyModule } from "@gmlake/stitch";
 import { probeCuda } from "@gmlake/vmm";
 import { defaultTraceDir, findTraces, traceLabel } from "./find-traces.js";
 import { recordedFigures, type Recorded } from "./recorded.js";
@@ -18,7 +18,7 @@ import { mergeCommand } from "./merge.js";
 import { checkSweepOutputs, writeOutputs, type Plan, type SweepTargets } from "./outputs.js";
 import { recordedCurves, type CurvesFile } from "./plots.js";
 import { inShard, parseShard, type Shard } from "./shard.js";
-import { closePolicyThreads, probePolicyModules, runWatchedTask, servedAsPolicyThread } from "./outside-policy.js";
+import { closePolicyThreads, exitPastModuleTimers, loadProbedPolicyModules, runWatchedTask, servedAsPolicyThread } from "./outside-policy.js";
 import type { Task, TaskResult } from "./task.js";
 
 const HELP = `Usage: gmlake-bench [--traces DIR] [--policies a,b] [--drivers auto|sim,cuda,host]
@@ -106,9 +106,8 @@ async function parse(argv: string[]): Promise<Args> {
   try {
     policyModules = (v["policy-module"] ?? []).map((m) => resolvePolicyModule(m));
     // imported in a watched thread first: a module that hangs, exits or blows up at import is one line
-    const probe = await probePolicyModules(policyModules);
+    const probe = await loadProbedPolicyModules(policyModules);
     if (probe !== null) fail(probe);
-    await loadPolicyModules(policyModules);
   } catch (e) {
     fail(`--policy-module: ${(e as Error).message.split("\n")[0]}`);
   }
@@ -293,3 +292,4 @@ async function main(): Promise<void> {
 }
 
 await main();
+exitPastModuleTimers();

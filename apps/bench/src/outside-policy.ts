@@ -36,13 +36,27 @@ function threadFor(modules: readonly string[]): PolicyThread {
   return t;
 }
 
-/** Import the modules in a watched thread first: null when they load, else the one-line reason. */
-export async function probePolicyModules(modules: readonly string[]): Promise<string | null> {
+/** The bench imported policy modules itself (after the probe): their timers must not keep it alive. */
+let loadedHere = false;
+
+/**
+ * Import the modules here, after a watched thread imported them first: null when they load,
+ * else the one-line reason (nothing imported here then).
+ */
+export async function loadProbedPolicyModules(modules: readonly string[]): Promise<string | null> {
   if (modules.length === 0) return null;
   const t = new PolicyThread(new URL("./main.js", import.meta.url), { modules });
   const a = await t.ask({ probe: [...modules] } satisfies Request);
   await t.close();
-  return a.ok ? null : a.message;
+  if (!a.ok) return a.message;
+  await loadPolicyModules(modules);
+  loadedHere = true;
+  return null;
+}
+
+/** The sweep is done: end the process even if a module imported here left a timer running (stdout and stderr are written synchronously). */
+export function exitPastModuleTimers(): void {
+  if (loadedHere) process.exit();
 }
 
 /** A task's result: run here, or in a watched thread when it loads policy modules. */

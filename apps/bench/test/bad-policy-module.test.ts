@@ -75,6 +75,16 @@ describe.skipIf(!haveTraces)("a misbehaving policy module in the bench", () => {
     }
   }, 120_000);
 
+  it("a timer a module leaves running does not keep the bench alive", () => {
+    const m = module("timer.mjs", "timer", "");
+    writeFileSync(m, readFileSync(m, "utf8") + "setInterval(() => {}, 1000);\n");
+    for (const workers of ["1", "2"]) {
+      const r = bench(["--traces", SMALL, "--only", "train_default", "--policy-module", m, "--policies", "caching,timer", "--cpu-workers", workers, "--out", join(dir, `out-timer-${workers}`)]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.seconds).toBeLessThan(60);
+    }
+  }, 150_000);
+
   it("an import that never ends stops the bench in one line before any run", () => {
     writeFileSync(join(dir, "spin-import.mjs"), "for (;;);\n");
     const r = bench(["--traces", SMALL, "--policy-module", "./spin-import.mjs", "--out", join(dir, "never")]);
