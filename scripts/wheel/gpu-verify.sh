@@ -41,6 +41,10 @@ pip_flags=(--no-index --no-deps --disable-pip-version-check)
 if [ "${INSTALL:-venv}" = venv ] && "$python" -m venv --system-site-packages --without-pip "$venv/env" 2>"$out/venv.log"; then
   py="$venv/env/bin/python"
   echo "into a venv with the system's site-packages: $venv/env"
+  # A python that is a venv itself (the GPU host's image is one) shares only its base's
+  # site-packages with a venv made from it: its own (torch) are added by a .pth line.
+  "$python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' &&
+    "$python" -c 'import site; print("\n".join(site.getsitepackages()))' >"$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_gmlake_outer_venv.pth"
 else
   [ "${INSTALL:-venv}" = venv ] && echo "no venv ($(tail -1 "$out/venv.log")): pip install --user into a PYTHONUSERBASE of its own"
   export PYTHONUSERBASE="$venv/user"
@@ -61,7 +65,9 @@ job() {  # job NAME [env VAR=...] CMD...: runs one job, keeps its log, prints it
   local name=$1
   shift
   echo "== $name: $*"
-  (cd "$out" && env STEPS="${STEPS:-6}" "$@") >"$out/$name.log" 2>&1 || { tail -30 "$out/$name.log" >&2; fail "$name exited $?"; }
+  local rc=0
+  (cd "$out" && env STEPS="${STEPS:-6}" "$@") >"$out/$name.log" 2>&1 || rc=$?
+  [ "$rc" = 0 ] || { tail -30 "$out/$name.log" >&2; fail "$name exited $rc"; }
   grep -A60 "memory summary" "$out/$name.log" | grep -v 'RESULT {' | head -30 || true
   grep 'RESULT {' "$out/$name.log" | tail -1 | tee "$out/$name.result"
 }
