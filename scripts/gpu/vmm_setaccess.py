@@ -5,7 +5,7 @@ processes) than in the isolated medians of vmm-costs.md (9-15 and 25-34 us).
 
 A grow here is what vms makes at the open end of its arena: cuMemCreate of one handle, cuMemMap
 at the next address, cuMemSetAccess over it. Each case runs GROWS of them and reports medians
-per call; packages/stitch/docs/vms.md, idea 12, holds the questions and the answers:
+per call; docs/notebook/2026-12-01-vms-ideas.md, idea 12, holds the questions and the answers:
   va-first / va-again / va-new: the same grows three times, in a new reservation, again at the
     same addresses after unmapping and releasing everything, then in another new reservation
     (separates first touch of virtual ranges from first touch of physical memory);

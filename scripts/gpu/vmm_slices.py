@@ -2,7 +2,7 @@
 """Can one physical handle be mapped in slices (cuMemMap with size < the handle's, or a
 non-zero offset)? cuda.h's description of cuMemMap allows an offset, its parameter note says
 "currently must be zero". If slices worked, vms could make one handle per grow (one create,
-one mapping) and still move 64 MiB pieces of it later (packages/stitch/docs/vms.md, idea 12).
+one mapping) and still move 64 MiB pieces of it later (docs/notebook/2026-12-01-vms-ideas.md, idea 12).
 
 Measured on the H200 (driver 580, CUDA 13.0, 2026-12-01): a 64 MiB slice of a 256 MiB handle
 at offset 0 is refused with CUDA_ERROR_NOT_SUPPORTED; the whole handle maps. Prints one JSON

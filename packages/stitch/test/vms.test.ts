@@ -288,6 +288,20 @@ describe("vms policy", () => {
     expect(serve(0).served).toBe(false);
   });
 
+  it("reserves an arena for every stream however many there are, and takes the documented largest arenaBytes", () => {
+    // 112 TiB of address space on the modelled H200 held 408 arenas of 2 x its memory
+    const d = new SimDriver();
+    const a = new Allocator("vms", d, { recorder: null });
+    for (let s = 1; s <= 2000; s++) a.malloc(2 * MiB, s);
+    expect(a.stats.numOoms).toBe(0);
+    a.close();
+    expect(d.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
+    const big = new Allocator("vms", new SimDriver(), { options: { arenaBytes: 2 ** 47 }, recorder: null });
+    for (let s = 1; s <= 3; s++) big.free(big.malloc(64 * MiB, s));
+    expect(big.stats.numOoms).toBe(0);
+    big.close();
+  });
+
   it("rejects bad options with a coded error", () => {
     expect(() => new Allocator("vms", new SimDriver(), { options: { maxHandleBytes: 3 * MiB } })).toThrow(
       expect.objectContaining({ code: "BAD_OPTION" }),

@@ -281,9 +281,23 @@ export class VmsAllocator implements PolicyInstance {
   private arenaFor(stream: number): Arena {
     let a = this.arenas.get(stream);
     if (a === undefined) {
-      const base = this.ctx.reserve(this.arenaBytes, this.g);
-      a = new Arena(base, this.arenaBytes, stream);
-      const b = new Block(base, this.arenaBytes, stream, this.pool);
+      // arenaBytes of address space for each of the first 64 streams, half that for the
+      // next 64, and so on (2 x 64 x arenaBytes in all however many streams: 35 TiB on an
+      // H200, whose 112 TiB held only 408 arenas of 2 x its memory), and halved again
+      // while the address space cannot hold it (arenaBytes near its 2^47 maximum).
+      let bytes = Math.max(this.g, this.floorG(this.arenaBytes / 2 ** Math.floor(this.arenas.size / 64)));
+      let base: number;
+      for (;;) {
+        try {
+          base = this.ctx.reserve(bytes, this.g);
+          break;
+        } catch (e) {
+          if (!isDriverOom(e) || bytes <= this.g) throw e;
+          bytes = Math.max(this.g, this.floorG(bytes / 2));
+        }
+      }
+      a = new Arena(base, bytes, stream);
+      const b = new Block(base, bytes, stream, this.pool);
       b.mapped = false;
       b.segment = a;
       a.head = b;
@@ -765,7 +779,7 @@ export const vmsPolicy: Policy<VmsOptions> = {
     maxHandleBytes: { type: "bytes", min: 1, max: 2 ** 40, default: 64 * 2 ** 20, description: "largest physical handle made at once; a multiple of the device granularity" },
     handlesPerRequest: { type: "number", min: 1, max: 2 ** 20, default: 1, description: "new handles are at most request / handlesPerRequest (and maxHandleBytes)" },
     maxHandlesPerGap: { type: "integer", min: 0, max: 2 ** 20, default: 0, description: "at most this many new handles per gap (larger than maxHandleBytes when the gap needs it); 0 = no limit" },
-    minTailHandleBytes: { type: "bytes", min: 1, max: 2 ** 40, default: kSmallBuffer, description: "smallest handle made at the arena's open end (one handle up to maxHandleBytes; the room beyond the request serves the next requests); a multiple of the device granularity. 128MiB: warm-up driver time <= 1% of every shared trace on an H200 but a one-step recording (default: up to 1.5%), for up to 0.22 GiB more peak reserved on some traces (docs/vms.md, idea 11)" },
+    minTailHandleBytes: { type: "bytes", min: 1, max: 2 ** 40, default: kSmallBuffer, description: "smallest handle made at the arena's open end (one handle up to maxHandleBytes; the room beyond the request serves the next requests); a multiple of the device granularity. 128MiB: warm-up driver time <= 1% of every shared trace on an H200 but a one-step recording (default: up to 1.5%), for up to 0.22 GiB more peak reserved on some traces (docs/vms.md, Driver time against memory)" },
     moveFreePages: { type: "boolean", default: true, description: "move free handles to where a request needs memory before making new ones" },
     crossStream: { type: "boolean", default: true, description: "let a block freed on one stream serve another stream (that stream first waits on an event of the first)" },
     donorOrder: { type: "choice", choices: ["hole", "size"], default: "hole", description: "which free handles move first: those of the smallest free blocks (hole) or the largest (size)" },
