@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,6 +40,15 @@ gmlake_embed_call_fn g_call = nullptr;
 // libnode was loaded, so it runs first): what libtorch's own static destructors free
 // after that (cached workspaces) is left to the process's end instead of a torn-down Node.
 std::atomic<bool> g_exiting{false};
+// A child of fork() after start has the engine's memory but none of its threads (the JS
+// thread, libuv's and V8's workers): a Locker there crashes, a post to the JS thread waits
+// for ever, and at exit libuv's destructor joins threads that are not there (SIGSEGV). So
+// the child marks itself exiting (every hot-path check refuses) and forked (the reason), and
+// its exit ends the process before the teardown of that state.
+std::atomic<bool> g_forked{false};
+const char kForkedError[] =
+    "gmlake: this process was forked after the allocator started; the engine's threads stayed in the parent, so this "
+    "child cannot allocate through it (use multiprocessing's 'spawn' start method, or fork before the allocator starts)";
 gmlake_embed_text_fn g_text = nullptr;
 gmlake_embed_times_fn g_embedTimes = nullptr;
 std::mutex g_startMutex;
@@ -210,6 +220,19 @@ void FlushDeferred() {
   for (const DeferredFree& f : ready) FreeNow(f.ptr, f.size, f.stream);
 }
 
+void OnForkChild() {
+  g_forked.store(true);
+  g_exiting.store(true);
+}
+
+// Registered after libnode was loaded, so it runs before libnode's and libuv's destructors;
+// in the parent it does nothing.
+void ExitForkedChild(int status, void*) {
+  if (!g_forked.load()) return;
+  std::fflush(nullptr);
+  _exit(status);
+}
+
 }  // namespace
 
 /**
@@ -220,6 +243,10 @@ void FlushDeferred() {
  */
 GMLAKE_EXPORT int gmlake_start(const char* config_json, int threading) {
   std::lock_guard<std::mutex> lock(g_startMutex);
+  if (g_forked.load()) {
+    t_error = kForkedError;
+    return -1;
+  }
   if (g_call != nullptr) return 0;
   if (!g_startError.empty()) {
     t_error = g_startError;
@@ -289,6 +316,8 @@ GMLAKE_EXPORT int gmlake_start(const char* config_json, int threading) {
   g_text = text;
   g_call = call;
   std::atexit([] { g_exiting.store(true); });
+  pthread_atfork(nullptr, nullptr, OnForkChild);
+  on_exit(ExitForkedChild, nullptr);
   return 0;
 }
 
@@ -303,7 +332,7 @@ GMLAKE_EXPORT int gmlake_try_alloc(size_t size, int device, void* stream, void**
   CallTimer timer(kCallAlloc);
   *out = nullptr;
   if (g_exiting.load(std::memory_order_relaxed)) {
-    t_error = "gmlake: the process is exiting";
+    t_error = g_forked.load() ? kForkedError : "gmlake: the process is exiting";
     return kStatusError;
   }
   if (g_call == nullptr) {
@@ -368,6 +397,10 @@ GMLAKE_EXPORT void gmlake_empty_cache(void) {
  * a status < 0 with gmlake_last_error() saying why (-3: not started).
  */
 GMLAKE_EXPORT double gmlake_set_budget(double value, int kind, int device) {
+  if (g_forked.load()) {
+    t_error = kForkedError;
+    return kStatusError;
+  }
   if (g_call == nullptr) {
     t_error = "gmlake: the allocator is not started";
     return kStatusNotStarted;
@@ -400,6 +433,7 @@ GMLAKE_EXPORT void gmlake_record_stream(void* ptr, void* stream) {
 
 /** Text operations (embed.h GmlakeTextOp): statistics JSON, snapshot(path), close. Free with gmlake_text_free. */
 GMLAKE_EXPORT char* gmlake_text(int op, const char* arg) {
+  if (g_forked.load()) return strdup(kForkedError);
   if (g_text == nullptr) return strdup("gmlake: the allocator is not started");
   return g_text(op, arg);
 }
@@ -407,10 +441,14 @@ GMLAKE_EXPORT char* gmlake_text(int op, const char* arg) {
 GMLAKE_EXPORT void gmlake_text_free(char* s) { std::free(s); }
 
 /** The bare round trip into JS and back (the threading benchmark's unit). */
-GMLAKE_EXPORT double gmlake_ping(double x) { return g_call != nullptr ? g_call(kOpPing, x, 0, 0) : static_cast<double>(kStatusNotStarted); }
+GMLAKE_EXPORT double gmlake_ping(double x) {
+  if (g_forked.load()) return kStatusError;
+  return g_call != nullptr ? g_call(kOpPing, x, 0, 0) : static_cast<double>(kStatusNotStarted);
+}
 
 /** The JS side alone: ns per alloc+free pair of bench/live-pair.mjs's loop, run inside the embedded Node. */
 GMLAKE_EXPORT double gmlake_bench_js_pairs(int pairs, void* stream) {
+  if (g_forked.load()) return kStatusError;
   return g_call != nullptr ? g_call(kOpBenchPairs, pairs, 0, static_cast<double>(reinterpret_cast<uintptr_t>(stream)))
                            : static_cast<double>(kStatusNotStarted);
 }
