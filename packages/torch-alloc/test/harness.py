@@ -72,6 +72,15 @@ crash is then a failed case, not a lost run):
   budget-env, budget-env-both, budget-env-bad
                                GMLAKE_MEMORY_FRACTION sets the budget at start; with
                                GMLAKE_CAPACITY_BYTES too, or not a fraction: a clear error
+  snapshot-paths               snapshot() never replaces a directory, a device, a FIFO or a
+                               symbolic link (a device or FIFO is written in place, a link's
+                               target is written), leaves no temporary file beside a refused or
+                               failed target, and replaces a regular file atomically
+  fork-child:<threading>       a child of os.fork() after start: every call fails with a clear
+                               error (no SIGSEGV, no hang), frees are dropped, its normal exit is
+                               a clean exit 0; the parent goes on allocating
+  restart                      a second start() with other settings, and start() after close(),
+                               are refused naming why; the same settings again are a no-op
 
 usage: python3 test/harness.py [CASE...]       (no CASE: all of them)
 """
@@ -979,6 +988,270 @@ def throw_check():
     return None if r.returncode == 0 else f"throw_check exited {r.returncode}: {r.stdout.strip()} {r.stderr.strip()}"
 
 
+def snapshot_paths():
+    """snapshot(path) as the CLI writes outputs: a directory, a dangling parent or a socket is
+    refused before anything is written; a device or FIFO is written in place (a full device is
+    an error), a symbolic link's target is written and the link stays; a regular file is
+    replaced through a temporary file beside it, and no temporary file is ever left."""
+    import stat
+    import pickle
+
+    native = gmlake_torch.start("vms", driver="host", record=True)
+    for n in (MiB, 3 * MiB, 4096):
+        st, a = native.try_alloc(n)
+        if st != 0:
+            return f"alloc failed: {native.error()}"
+        native.free(a, n)
+
+    def refused(path, says):
+        try:
+            gmlake_torch.snapshot(path)
+        except gmlake_torch.GmlakeError as e:
+            return None if says in str(e) else f"snapshot({path!r}) refused, but not saying {says!r}: {e}"
+        return f"snapshot({path!r}) succeeded, expected an error saying {says!r}"
+
+    def is_pickle(data):
+        try:
+            return "segments" in pickle.loads(data)
+        except Exception:  # noqa: BLE001 - any undecodable snapshot is a failure
+            return False
+
+    with tempfile.TemporaryDirectory() as top:
+        d = os.path.join(top, "out")
+        os.mkdir(d)
+        # a directory, as snapshot("/tmp"): refused, and nothing beside it (no out.tmp-PID)
+        for path in (d, d + "/"):
+            err = refused(path, "directory")
+            if err:
+                return err
+        link_dir = os.path.join(d, "to-dir")
+        os.symlink(top, link_dir)
+        err = refused(link_dir, "is a directory") or refused(os.path.join(d, "none", "x.pickle"), "does not exist")
+        if err:
+            return err
+        # a FIFO: written in place for its reader, and still a FIFO
+        fifo = os.path.join(d, "fifo")
+        os.mkfifo(fifo)
+        err = refused(fifo, "no reader")
+        if err:
+            return err
+        got = []
+        reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+        reader.start()
+        for _ in range(500):  # until the reader has it open: a FIFO with no reader is refused
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                os.close(fd)
+                break
+            except OSError:
+                time.sleep(0.01)
+        try:
+            gmlake_torch.snapshot(fifo)
+        finally:
+            reader.join(30)
+        if not stat.S_ISFIFO(os.lstat(fifo).st_mode) or not got or not is_pickle(got[0]):
+            return f"a FIFO: {stat.filemode(os.lstat(fifo).st_mode)}, the reader got {len(got[0]) if got else 0} bytes, not a snapshot"
+        # a symbolic link to a file: the file is written, the link stays
+        target = os.path.join(top, "target.pickle")
+        with open(target, "wb") as f:
+            f.write(b"old")
+        link = os.path.join(d, "link.pickle")
+        os.symlink(target, link)
+        gmlake_torch.snapshot(link)
+        with open(target, "rb") as f:
+            data = f.read()
+        if not os.path.islink(link) or not is_pickle(data):
+            return f"a link: still a link {os.path.islink(link)}, its target a snapshot {is_pickle(data)}"
+        # a regular file: replaced; a dead writer's temporary files beside it removed, a live one's kept
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        stale = [f".live.pickle.gmlake-{gmlake_torch._HOST_TAG}-{dead.pid}-1.snapshot", f".live.pickle.gmlake-{gmlake_torch._HOST_TAG}-{dead.pid}-2.snapshot.gz.tmp-{dead.pid}"]
+        alive = f".live.pickle.gmlake-{gmlake_torch._HOST_TAG}-{os.getppid()}-1.snapshot"
+        for n in stale + [alive]:
+            open(os.path.join(d, n), "wb").close()
+        plain = os.path.join(d, "live.pickle")
+        with open(plain, "wb") as f:
+            f.write(b"old")
+        gmlake_torch.snapshot(plain)
+        with open(plain, "rb") as f:
+            if not is_pickle(f.read()):
+                return "an existing regular file was not replaced by the snapshot"
+        if any(os.path.exists(os.path.join(d, n)) for n in stale) or not os.path.exists(os.path.join(d, alive)):
+            return f"stale temporary files: {sorted(n for n in os.listdir(d) if n.startswith('.'))}"
+        os.unlink(os.path.join(d, alive))
+        # devices (root makes its own nodes here: never the machine's /dev/null or /dev/full)
+        if os.geteuid() == 0:
+            null, full = os.path.join(d, "null"), os.path.join(d, "full")
+            os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+            gmlake_torch.snapshot(null)
+            err = refused(full, "No space left on device")
+            if err:
+                return err
+            for p in (null, full):
+                if not stat.S_ISCHR(os.lstat(p).st_mode):
+                    return f"the device {os.path.basename(p)} was replaced: {stat.filemode(os.lstat(p).st_mode)}"
+        # a socket: refused
+        import socket
+
+        sock_path = os.path.join(d, "sock")
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(sock_path)
+        err = refused(sock_path, "socket")
+        sock.close()
+        if err:
+            return err
+        # a folder with no room for the temporary file: an error, and nothing left
+        ro = os.path.join(d, "ro")
+        os.mkdir(ro, 0o500)
+        if os.geteuid() != 0:
+            err = refused(os.path.join(ro, "x.pickle"), "Permission denied")
+            if err:
+                return err
+        left = sorted(n for n in os.listdir(d) if n not in ("to-dir", "fifo", "link.pickle", "live.pickle", "null", "full", "sock", "ro"))
+        left += sorted(n for n in os.listdir(top) if n not in ("out", "target.pickle"))
+        if left:
+            return f"temporary files left behind: {left}"
+    gmlake_torch.close()
+    print(json.dumps({"case": "snapshot-paths", "root": os.geteuid() == 0}))
+    return None
+
+
+FORKED = "this process was forked after the allocator started"
+
+
+def fork_child(threading_design):
+    """os.fork() after start: the child has the engine's memory but none of its threads (the
+    JS thread, libuv's and V8's). Every call there fails with an error that says so (a Locker
+    crashed, a post to the missing JS thread hung), a free is dropped, and the child's normal
+    exit is exit 0 (libuv's destructor joined the parent's threads: SIGSEGV). The parent goes on."""
+    native = gmlake_torch.start("vms", driver="host", threading=threading_design, record=True)
+    st, a = native.try_alloc(MiB)
+    if st != 0:
+        return f"alloc failed: {native.error()}"
+    fill(a, MiB, 1)
+
+    def child(calls):
+        """Runs calls() in a forked child; (its exit status or signal, what it said)."""
+        r, w = os.pipe()
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                said = calls()
+            except BaseException as e:  # noqa: BLE001 - the child reports whatever happened
+                said = {"raised": f"{type(e).__name__}: {e}"}
+            os.write(w, json.dumps(said).encode())
+            os.close(w)
+            sys.exit(0)  # a normal exit: atexit handlers, static destructors
+        os.close(w)
+        deadline = time.monotonic() + 60
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                os.close(r)
+                return "hung (killed after 60 s)", None
+            time.sleep(0.05)
+        with os.fdopen(r, "rb") as f:
+            out = f.read()
+        how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
+        return how, (json.loads(out) if out else None)
+
+    how, _ = child(lambda: {})
+    if how != "exit 0":
+        return f"a child that only exits: {how}"
+
+    def refuse_all():
+        out = {}
+        st, b = native.try_alloc(MiB)
+        out["alloc"] = [st, b, native.error()]
+        native.free(a, MiB)  # the parent's block: dropped here
+        native.empty_cache()
+        for name, call in (("stats", gmlake_torch.stats), ("snapshot", lambda: gmlake_torch.snapshot(os.path.join(spare, "child.pickle"))),
+                           ("start", lambda: gmlake_torch.start("vms", driver="host", threading=threading_design, record=True)),
+                           ("budget", lambda: gmlake_torch.set_capacity_bytes(64 * MiB)), ("close", gmlake_torch.close)):
+            try:
+                call()
+                out[name] = "ok"
+            except gmlake_torch.GmlakeError as e:
+                out[name] = str(e)
+        out["ping"] = native.lib.gmlake_ping(1.0)
+        return out
+
+    spare = tempfile.mkdtemp()  # not a with block: the child's exit would leave it and remove the folder
+    how, said = child(refuse_all)
+    wrote = os.listdir(spare)
+    if wrote:
+        return f"snapshot() in the child wrote {wrote}"
+    os.rmdir(spare)
+    if how != "exit 0":
+        return f"a child that calls the allocator: {how} ({said})"
+    st, b, msg = said["alloc"]
+    if st != -2 or b != 0 or FORKED not in msg:
+        return f"an alloc in the child: ({st}, {b:#x}) {msg!r}, expected an error saying {FORKED!r}"
+    for name in ("stats", "start", "budget", "close"):
+        if FORKED not in said[name]:
+            return f"{name}() in the child: {said[name]!r}, expected an error saying {FORKED!r}"
+    if said["snapshot"] == "ok" or said["ping"] >= 0:
+        return f"snapshot() or ping in the child worked: {said['snapshot']!r}, {said['ping']}"
+    # the parent: its block intact (the child's free was dropped), and it goes on
+    if verify(a, MiB, 1) != -1:
+        return "the parent's block changed"
+    native.free(a, MiB)
+    st, b = native.try_alloc(2 * MiB)
+    if st != 0:
+        return f"the parent cannot allocate after the fork: {native.error()}"
+    native.free(b, 2 * MiB)
+    s = gmlake_torch.stats()
+    if s["live_blocks"] != 0 or s["calls"]["frees"] < 2:
+        return f"the parent's books after the fork: {s['live_blocks']} live, {s['calls']['frees']} frees"
+    leaks = gmlake_torch.close()["leaks"]
+    if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
+        return f"leaked {leaks}"
+    print(json.dumps({"case": f"fork-child:{threading_design}", "child_alloc": msg}))
+    return None
+
+
+def restart():
+    """start() once per process: again with the same settings is the same engine; with other
+    settings (another policy, knobs, threading) it is refused naming them and the first runs
+    on; after close() it is refused (Node starts once per process), never an engine that
+    fails every allocation."""
+    first = gmlake_torch.start("vms", driver="host", threading="locker")
+    if gmlake_torch.start("vms", driver="host", threading="locker") is not first:
+        return "the same settings again did not return the running engine"
+    for kw, says in ((dict(policy="caching"), "policy"), (dict(policy="vms", maxHandleBytes=33554432), "knobs"),
+                     (dict(policy="vms", threading="thread"), "threading"), (dict(policy="vms", record=True), "record")):
+        kw.setdefault("threading", "locker")
+        try:
+            gmlake_torch.start(driver="host", **kw)
+        except gmlake_torch.GmlakeError as e:
+            if "already started" not in str(e) or says not in str(e):
+                return f"start({kw}) refused without saying 'already started' and {says!r}: {e}"
+            continue
+        return f"a second start({kw}) with other settings returned OK (policy now {gmlake_torch.stats()['policy']})"
+    if gmlake_torch.stats()["policy"] != "vms":
+        return f"the first engine is not the one running: {gmlake_torch.stats()['policy']}"
+    st, a = first.try_alloc(MiB)
+    if st != 0:
+        return f"alloc after the refused starts: {first.error()}"
+    first.free(a, MiB)
+    gmlake_torch.close()
+    try:
+        gmlake_torch.start("vms", driver="host", threading="locker")
+    except gmlake_torch.GmlakeError as e:
+        if "after close()" not in str(e):
+            return f"start() after close() refused without saying 'after close()': {e}"
+        print(json.dumps({"case": "restart", "after_close": str(e)}))
+        return None
+    return f"start() after close() returned OK; an alloc then: {first.try_alloc(MiB)[0]} {first.error()!r}"
+
+
 CASES = {
     "enable": enable_with_stub_torch,
     "throw": throw_check,
@@ -1030,6 +1303,10 @@ CASES = {
                                             driver="host", threading="thread"),
     "spin-env": lambda: expect_start_error("GMLAKE_SPIN_US takes microseconds (a number >= 0), not '-5'", policy="vms",
                                            driver="host", threading="thread"),
+    "snapshot-paths": snapshot_paths,
+    "fork-child:locker": lambda: fork_child("locker"),
+    "fork-child:thread": lambda: fork_child("thread"),
+    "restart": restart,
 }
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)

@@ -20,8 +20,12 @@ memory budget: a share of the device's memory, or bytes; torch.cuda.set_per_proc
 and set_memory_fraction() change it while the job runs).
 """
 import ctypes
+import errno
 import json
 import os
+import re
+import socket
+import stat
 import subprocess
 
 __all__ = ["enable", "start", "stats", "snapshot", "empty_cache", "close", "GmlakeError", "library_path", "build_oom_shim",
@@ -58,6 +62,8 @@ class _Native:
         self.path = path
         self.threading = None  # set by the first start(): locker or thread
         self.device = 0  # the device it serves (the first start's)
+        self.settings = None  # the first successful start's config and threading: a later start must match
+        self.closed = False  # close() ran: Node starts once per process, so no start() after it
         self.lib = lib
         lib.gmlake_start.argtypes = [ctypes.c_char_p, ctypes.c_int]
         lib.gmlake_start.restype = ctypes.c_int
@@ -296,10 +302,20 @@ def start(policy=None, *, driver=None, threading=None, policy_module=None, recor
     config.update(_budget(capacity_bytes, memory_fraction, config["driver"]))
     if _native is None:
         _native = _Native(library_path())
-    _native.start(config, threading)
-    if getattr(_native, "threading", None) is None:  # Node starts once: the first start's design stays
+    _native.start(config, threading)  # a no-op once started (a forked child: refused)
+    settings = {**config, "threading": threading}
+    if _native.closed:
+        raise GmlakeError("gmlake: start() after close(): the engine cannot start again in this process (Node starts once "
+                          "per process); start it in a new process")
+    if _native.settings is None:  # Node starts once: the first start's settings stay
+        _native.settings = settings
         _native.threading = threading
         _native.device = device
+    elif settings != _native.settings:
+        first = _native.settings
+        differ = ", ".join(f"{k} {json.dumps(settings.get(k))} (running: {json.dumps(first.get(k))})"
+                           for k in sorted(first.keys() | settings.keys()) if first.get(k) != settings.get(k))
+        raise GmlakeError(f"gmlake: the allocator already started with other settings, and Node starts once per process: {differ}")
     return _native
 
 
@@ -455,10 +471,125 @@ def stats():
 
 def snapshot(path):
     """Writes the engine's history as a PyTorch memory-viz pickle (gzip if path ends in .gz);
-    the engine must have been started with record=True (or GMLAKE_RECORD=1)."""
-    err = _require().text(_TEXT_SNAPSHOT, os.path.abspath(path))
-    if err:
-        raise GmlakeError(err)
+    the engine must have been started with record=True (or GMLAKE_RECORD=1). As the CLI writes
+    its outputs: a symbolic link's target is written (the link stays); an existing device or
+    FIFO is written in place; a directory or socket is refused; anything else is written to a
+    temporary file beside it, fsynced and renamed over it (an existing file is replaced, as
+    PyTorch's _dump_snapshot does), and on any failure no temporary file stays."""
+    native = _require()
+    text = os.fspath(path)
+    where = f"gmlake: snapshot {text!r}"
+    if text == "" or text.endswith("/"):
+        raise GmlakeError(f"{where}: {'an empty file name' if text == '' else 'names a directory, not a file'}")
+    gz = ".gz" if text.endswith(".gz") else ""
+    file = os.path.realpath(text)  # a link (dangling too) is followed: its target is what gets written
+    try:
+        st = os.stat(file)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise GmlakeError(f"{where}: {e.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise GmlakeError(f"{where}: is a directory")
+    if st is not None and stat.S_ISSOCK(st.st_mode):
+        raise GmlakeError(f"{where}: is a socket, not a file")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return _snapshot_in_place(native, file, gz, where)
+    folder = os.path.dirname(file)
+    if not os.path.isdir(folder):
+        raise GmlakeError(f"{where}: the directory {folder} does not exist")
+    _remove_stale_temps(folder)
+    global _temp_count
+    _temp_count += 1
+    tmp = os.path.join(folder, f".{os.path.basename(file)}.gmlake-{_HOST_TAG}-{os.getpid()}-{_temp_count}.snapshot{gz}")
+    try:
+        err = native.text(_TEXT_SNAPSHOT, tmp)  # the engine writes tmp (through a temporary of its own)
+        if err:
+            raise GmlakeError(err)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, file)
+    except OSError as e:
+        raise GmlakeError(f"{where}: {e.strerror}") from None
+    finally:
+        for p in (tmp, f"{tmp}.tmp-{os.getpid()}"):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+
+def _snapshot_in_place(native, file, gz, where):
+    """A device or FIFO: the snapshot is written into it (renaming over it would replace it),
+    from a private temporary folder. A FIFO with no reader is refused, not waited on."""
+    import shutil
+    import tempfile
+
+    try:
+        fd = os.open(file, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        why = "a FIFO with no reader" if e.errno == errno.ENXIO else e.strerror
+        raise GmlakeError(f"{where}: {why}") from None
+    d = tempfile.mkdtemp(prefix="gmlake-snapshot-")
+    try:
+        os.set_blocking(fd, True)
+        tmp = os.path.join(d, "snapshot.pickle" + gz)
+        err = native.text(_TEXT_SNAPSHOT, tmp)
+        if err:
+            raise GmlakeError(err)
+        with open(tmp, "rb") as f:
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+    except OSError as e:
+        raise GmlakeError(f"{where}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _host_tag():
+    """This host in temporary names (FNV-1a of the host name, 8 hex digits, as @gmlake/output's), so
+    that a writer on another host sharing the folder is never taken for a dead one."""
+    h = 0x811C9DC5
+    for c in socket.gethostname():
+        h = ((h ^ ord(c)) * 0x01000193) & 0xFFFFFFFF
+    return f"{h:08x}"
+
+
+_HOST_TAG = _host_tag()
+_temp_count = 0
+_TEMP_RE = re.compile(r"^\.(.+)\.gmlake-([0-9a-f]{8})-(\d+)-\d+\.snapshot(\.gz)?(\.tmp-\d+)?$")
+
+
+def _remove_stale_temps(folder):
+    """Removes the temporary files of this host's snapshot writers that are gone (killed mid-write)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        m = _TEMP_RE.match(name)
+        if m is None or m.group(2) != _HOST_TAG or int(m.group(3)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(3)), 0)
+            continue  # alive (or another user's: PermissionError below)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
 
 
 def set_memory_fraction(fraction, device=None):
@@ -485,9 +616,12 @@ def empty_cache():
 def close():
     """Frees every block still held, tears the policy down and reports what the driver still holds
     (for tests and tools that stand in for PyTorch: a PyTorch process just exits)."""
-    text = _require().text(_TEXT_CLOSE)
+    native = _require()
+    text = native.text(_TEXT_CLOSE)
     try:
-        return json.loads(text)
+        out = json.loads(text)
     except ValueError:
         raise GmlakeError(text) from None
+    native.closed = True
+    return out
 
