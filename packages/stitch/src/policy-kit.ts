@@ -5,14 +5,14 @@
  * and builds on the shared mechanisms the built-in policies use: Block chains (split and
  * merge), BlockPool best fit, PyTorch's rounding and knobs.
  */
-export type { PolicyContext, PhysicalChunk, DeviceFacts, MapAccess } from "./policy-context.js";
-export type { Policy, PolicyInstance, PolicyOptions } from "./policy.js";
-export { registerPolicy } from "./policy.js";
-export type { Knob, KnobSchema, KnobValue } from "./knobs.js";
-export { Block, splitFront, splitBack, absorb } from "./block.js";
-export { BlockPool, releaseAvailableCachedBlocks } from "./block-pool.js";
-export { lowerBound, lowerBoundOf } from "./lower-bound.js";
-export { StitchError, isDriverOom } from "./errors.js";
-export * from "./rounding.js";
-export { PYTORCH_KNOBS, pytorchKnobs, type PytorchKnobs, type PytorchOptions } from "./pytorch-knobs.js";
+export type { PolicyContext, PhysicalChunk, DeviceFacts, MapAccess } from "./core/policy-context.js";
+export type { Policy, PolicyInstance, PolicyOptions } from "./core/policy.js";
+export { registerPolicy } from "./core/policy.js";
+export type { Knob, KnobSchema, KnobValue } from "./core/knobs.js";
+export { Block, splitFront, splitBack, absorb } from "./core/block.js";
+export { BlockPool, releaseAvailableCachedBlocks } from "./core/block-pool.js";
+export { lowerBound, lowerBoundOf } from "./core/lower-bound.js";
+export { StitchError, isDriverOom } from "./core/errors.js";
+export * from "./core/rounding.js";
+export { PYTORCH_KNOBS, pytorchKnobs, type PytorchKnobs, type PytorchOptions } from "./core/pytorch-knobs.js";
 export { EventKind } from "@gmlake/trace";

@@ -19,10 +19,10 @@
  * throws, or returns a report.
  */
 import { createDriver, cudaAvailable, DRIVER_CALLS, mulberry32, SimDriver, withCapacity, type VmmDriver } from "@gmlake/vmm";
-import type { Block } from "./block.js";
-import { Allocator } from "./engine.js";
-import { StitchError } from "./errors.js";
-import { getPolicy, type Policy, type PolicyOptions } from "./policy.js";
+import type { Block } from "./core/block.js";
+import { Allocator } from "./core/engine.js";
+import { StitchError } from "./core/errors.js";
+import { getPolicy, type Policy, type PolicyOptions } from "./core/policy.js";
 
 const MiB = 2 ** 20;
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { SimDriver } from "@gmlake/vmm";
 import { Allocator, checkKnob, getPolicy, listPolicies, PYTORCH_KNOBS, registerPolicy, type Knob } from "../src/index.js";
-import { checkKnobDeclaration } from "../src/knobs.js";
+import { checkKnobDeclaration } from "../src/core/knobs.js";
 
 const instance = { malloc: () => null, free: () => {}, emptyCache: () => {}, teardown: () => {} };
 const withKnob = (k: unknown) => ({ name: "bad-knob", description: "d", knobs: { x: k as Knob }, create: () => instance });

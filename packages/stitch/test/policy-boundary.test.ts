@@ -23,7 +23,7 @@ describe("the policy boundary", () => {
   });
 
   it("the kit reaches neither the driver nor the chunk pool nor the engine", () => {
-    for (const m of kitModules) expect(["../context.js", "../engine.js", "../stats.js", "../replay.js"]).not.toContain(m);
+    for (const m of kitModules) expect(["../core/context.js", "../core/engine.js", "../core/stats.js", "../replay/replay.js"]).not.toContain(m);
     expect([...kitPackages]).toEqual(["@gmlake/trace"]);
   });
 

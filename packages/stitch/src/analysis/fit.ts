@@ -1,6 +1,6 @@
 import type { EventLog } from "@gmlake/trace";
-import { replay, type ReplayOptions } from "./replay.js";
-import { StitchError } from "./errors.js";
+import { replay, type ReplayOptions } from "../replay/replay.js";
+import { StitchError } from "../core/errors.js";
 
 /**
  * 2 MiB: every byte an allocator reserves is a multiple of it. PyTorch's segments are

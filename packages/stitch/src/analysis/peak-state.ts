@@ -1,8 +1,8 @@
 import type { EventLog } from "@gmlake/trace";
-import type { Block } from "./block.js";
-import type { Allocator } from "./engine.js";
-import { replay, type ReplayOptions } from "./replay.js";
-import { kSmallBuffer, kSmallSize } from "./rounding.js";
+import type { Block } from "../core/block.js";
+import type { Allocator } from "../core/engine.js";
+import { replay, type ReplayOptions } from "../replay/replay.js";
+import { kSmallBuffer, kSmallSize } from "../core/rounding.js";
 
 /** One pool's figures (PyTorch's memory_stats names: allocated_bytes.large_pool.current ...). */
 export interface PoolFigures {

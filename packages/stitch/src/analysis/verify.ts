@@ -1,9 +1,9 @@
 import { SimDriver, type VmmDriver } from "@gmlake/vmm";
 import { EventKind, EVENT_KIND_NAMES, type AllocatorSettings, type EventLog, type SegmentState } from "@gmlake/trace";
-import { AddressOracleDriver } from "./address-oracle.js";
-import { StitchError } from "./errors.js";
-import { privatePoolTags } from "./private-pools.js";
-import { replay, type ReplayResult } from "./replay.js";
+import { AddressOracleDriver } from "../driver-adaptors/address-oracle.js";
+import { StitchError } from "../core/errors.js";
+import { privatePoolTags } from "../replay/private-pools.js";
+import { replay, type ReplayResult } from "../replay/replay.js";
 
 export interface SnapshotLike {
   events: EventLog;
@@ -180,7 +180,10 @@ export function verify(snapshot: SnapshotLike, o: VerifyOptions = {}): VerifyRes
   const log = snapshot.events;
   const settings = snapshot.allocatorSettings;
   const policy = o.policy ?? (settings.expandableSegments ? "expandable" : "caching");
-  const expandable = policy === "expandable";
+  // Policies on the VMM API (expandable; vms, gmlake: a live recording of ours) are compared by
+  // offset inside each reserved range, which no two drivers place alike; caching by raw
+  // addresses under the address oracle, or by (segment, offset) free-running.
+  const expandable = policy !== "caching";
   let driver: VmmDriver = o.driver ?? new SimDriver();
   const span = driver.device.totalBytes;
   const oracle = !expandable && (o.addressOracle ?? true);

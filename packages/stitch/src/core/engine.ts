@@ -7,7 +7,7 @@ import { OutOfMemoryError, StitchError } from "./errors.js";
 import { IntegrityChecker } from "./integrity.js";
 import { InvariantChecker } from "./invariants.js";
 import { getPolicy, isBuiltinPolicy, resolveOptions, type Policy, type PolicyInstance, type PolicyOptions } from "./policy.js";
-import { PolicyGuard } from "./policy-guard.js";
+import { PolicyGuard } from "../outside-policies/policy-guard.js";
 import { AllocatorStats } from "./stats.js";
 
 export interface AllocatorOptions {

@@ -2,7 +2,7 @@ import type { Block } from "./block.js";
 import type { PolicyContext } from "./policy-context.js";
 import { StitchError } from "./errors.js";
 import { checkKnob, checkKnobDeclaration, knobDefaults, type Knob, type KnobSchema } from "./knobs.js";
-import { BUILTIN_POLICIES } from "./policies/builtin.js";
+import { BUILTIN_POLICIES } from "../policies/builtin.js";
 
 /** A policy's knob values: plain JSON-like values (numbers, booleans, strings, arrays of numbers, null). */
 export type PolicyOptions = Record<string, unknown>;

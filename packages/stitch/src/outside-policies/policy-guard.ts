@@ -1,13 +1,13 @@
 import type { Chunk } from "@gmlake/chunk-pool";
 import { HOST_RESOURCE_CODES, VmmError } from "@gmlake/vmm";
 import type { AllocatorSettings } from "@gmlake/trace";
-import { Block } from "./block.js";
-import type { AllocatorContext } from "./context.js";
-import { StitchError } from "./errors.js";
-import type { DeviceFacts, MapAccess, PhysicalChunk, PolicyContext } from "./policy-context.js";
-import { policyModuleOf, type Policy, type PolicyInstance, type PolicyOptions } from "./policy.js";
+import { Block } from "../core/block.js";
+import type { AllocatorContext } from "../core/context.js";
+import { StitchError } from "../core/errors.js";
+import type { DeviceFacts, MapAccess, PhysicalChunk, PolicyContext } from "../core/policy-context.js";
+import { policyModuleOf, type Policy, type PolicyInstance, type PolicyOptions } from "../core/policy.js";
 import { RangeSet } from "./range-set.js";
-import { kMinBlockSize } from "./rounding.js";
+import { kMinBlockSize } from "../core/rounding.js";
 
 /**
  * What an outside policy did wrong: it broke one of the engine's rules (`rule`), or threw,

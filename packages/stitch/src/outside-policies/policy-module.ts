@@ -2,8 +2,8 @@ import { existsSync, readFileSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { StitchError } from "./errors.js";
-import { getPolicy, notePolicyModule, registerPolicy, type Policy } from "./policy.js";
+import { StitchError } from "../core/errors.js";
+import { getPolicy, notePolicyModule, registerPolicy, type Policy } from "../core/policy.js";
 import { policyCallWatch } from "./policy-guard.js";
 
 /** A path (./x.js, ../x.mjs, /abs/x.js, x.js) rather than a package name. */

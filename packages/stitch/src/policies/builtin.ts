@@ -1,4 +1,4 @@
-import type { Policy } from "../policy.js";
+import type { Policy } from "../core/policy.js";
 import { cachingPolicy } from "./caching.js";
 import { expandablePolicy } from "./expandable.js";
 import { gmlakePolicy } from "./gmlake.js";

@@ -1,9 +1,9 @@
-import { absorb, Block, splitFront } from "../block.js";
-import { BlockPool, releaseAvailableCachedBlocks } from "../block-pool.js";
-import type { PolicyContext } from "../policy-context.js";
-import type { Policy, PolicyInstance } from "../policy.js";
-import { PYTORCH_KNOBS, pytorchKnobs } from "../pytorch-knobs.js";
-import { allocationSize, kMinBlockSize, kSmallSize, roundSize } from "../rounding.js";
+import { absorb, Block, splitFront } from "../core/block.js";
+import { BlockPool, releaseAvailableCachedBlocks } from "../core/block-pool.js";
+import type { PolicyContext } from "../core/policy-context.js";
+import type { Policy, PolicyInstance } from "../core/policy.js";
+import { PYTORCH_KNOBS, pytorchKnobs } from "../core/pytorch-knobs.js";
+import { allocationSize, kMinBlockSize, kSmallSize, roundSize } from "../core/rounding.js";
 
 export interface CachingOptions extends Record<string, unknown> {
   /** Bytes; null = from the trace's allocator settings (-1 / unset = unlimited). */

@@ -1,11 +1,11 @@
-import { absorb, Block, splitBack, splitFront } from "../block.js";
-import { BlockPool } from "../block-pool.js";
-import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
-import { isDriverOom, StitchError } from "../errors.js";
-import { lowerBound } from "../lower-bound.js";
-import type { Policy, PolicyInstance } from "../policy.js";
-import { PYTORCH_KNOBS, pytorchKnobs } from "../pytorch-knobs.js";
-import { kLargeBuffer, kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../rounding.js";
+import { absorb, Block, splitBack, splitFront } from "../core/block.js";
+import { BlockPool } from "../core/block-pool.js";
+import type { PhysicalChunk as Chunk, PolicyContext } from "../core/policy-context.js";
+import { isDriverOom, StitchError } from "../core/errors.js";
+import { lowerBound } from "../core/lower-bound.js";
+import type { Policy, PolicyInstance } from "../core/policy.js";
+import { PYTORCH_KNOBS, pytorchKnobs } from "../core/pytorch-knobs.js";
+import { kLargeBuffer, kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../core/rounding.js";
 
 export interface ExpandableOptions extends Record<string, unknown> {
   /** Bytes; null = from settings (unlimited when unset). */

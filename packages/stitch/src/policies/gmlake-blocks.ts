@@ -1,5 +1,5 @@
-import type { PhysicalChunk as Chunk } from "../policy-context.js";
-import { Block } from "../block.js";
+import type { PhysicalChunk as Chunk } from "../core/policy-context.js";
+import { Block } from "../core/block.js";
 
 /**
  * One reserved virtual range of physical chunks made by a new allocation (GMLake's

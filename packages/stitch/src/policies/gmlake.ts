@@ -1,14 +1,14 @@
 import { EventKind } from "@gmlake/trace";
-import { absorb, Block, splitFront } from "../block.js";
-import { BlockPool, releaseAvailableCachedBlocks } from "../block-pool.js";
-import type { MapAccess, PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
-import { isDriverOom, StitchError } from "../errors.js";
-import type { Policy, PolicyInstance } from "../policy.js";
-import { allocationSize, kSmallSize, roundSize } from "../rounding.js";
+import { absorb, Block, splitFront } from "../core/block.js";
+import { BlockPool, releaseAvailableCachedBlocks } from "../core/block-pool.js";
+import type { MapAccess, PhysicalChunk as Chunk, PolicyContext } from "../core/policy-context.js";
+import { isDriverOom, StitchError } from "../core/errors.js";
+import type { Policy, PolicyInstance } from "../core/policy.js";
+import { allocationSize, kSmallSize, roundSize } from "../core/rounding.js";
 import { CachingAllocator } from "./caching.js";
-import { PYTORCH_KNOBS, pytorchKnobs } from "../pytorch-knobs.js";
+import { PYTORCH_KNOBS, pytorchKnobs } from "../core/pytorch-knobs.js";
 import { PSegment, SBlock, SState } from "./gmlake-blocks.js";
-import { lowerBoundOf } from "../lower-bound.js";
+import { lowerBoundOf } from "../core/lower-bound.js";
 
 const GiB = 2 ** 30;
 

@@ -1,7 +1,7 @@
-import type { PhysicalChunk as Chunk } from "../policy-context.js";
-import type { Block } from "../block.js";
-import { StitchError } from "../errors.js";
-import { lowerBoundOf } from "../lower-bound.js";
+import type { PhysicalChunk as Chunk } from "../core/policy-context.js";
+import type { Block } from "../core/block.js";
+import { StitchError } from "../core/errors.js";
+import { lowerBoundOf } from "../core/lower-bound.js";
 
 /**
  * One stream's virtual range for the vms policy's large blocks. Blocks cover it from

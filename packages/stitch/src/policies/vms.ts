@@ -1,11 +1,11 @@
 import { EventKind } from "@gmlake/trace";
-import { absorb, Block, splitBack } from "../block.js";
-import { BlockPool } from "../block-pool.js";
-import type { PhysicalChunk as Chunk, PolicyContext } from "../policy-context.js";
-import { isDriverOom, StitchError } from "../errors.js";
-import type { Policy, PolicyInstance } from "../policy.js";
-import { kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../rounding.js";
-import { PYTORCH_KNOBS } from "../pytorch-knobs.js";
+import { absorb, Block, splitBack } from "../core/block.js";
+import { BlockPool } from "../core/block-pool.js";
+import type { PhysicalChunk as Chunk, PolicyContext } from "../core/policy-context.js";
+import { isDriverOom, StitchError } from "../core/errors.js";
+import type { Policy, PolicyInstance } from "../core/policy.js";
+import { kMinBlockSize, kSmallBuffer, kSmallSize, roundSize } from "../core/rounding.js";
+import { PYTORCH_KNOBS } from "../core/pytorch-knobs.js";
 import { Arena, SmallSegment } from "./vms-arena.js";
 
 export interface VmsOptions extends Record<string, unknown> {

@@ -1,12 +1,12 @@
 import { DefaultStreamDriver, DRIVER_CALLS, withCapacity, type DriverCall, type DriverStats, type VmmDriver } from "@gmlake/vmm";
 import { EventKind, EventLog, type AllocatorSettings } from "@gmlake/trace";
-import type { Block } from "./block.js";
-import { Allocator } from "./engine.js";
-import { StitchError } from "./errors.js";
+import type { Block } from "../core/block.js";
+import { Allocator } from "../core/engine.js";
+import { StitchError } from "../core/errors.js";
 import { planTrace } from "./pairing.js";
 import { checkTrace } from "./trace-check.js";
 import { poolStreamKey } from "./private-pools.js";
-import { getPolicy, type Policy, type PolicyOptions } from "./policy.js";
+import { getPolicy, type Policy, type PolicyOptions } from "../core/policy.js";
 
 export interface ReplayOptions {
   /** A registered policy name or a policy object. */

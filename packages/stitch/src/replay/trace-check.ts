@@ -1,5 +1,5 @@
 import { EventKind, type EventLog } from "@gmlake/trace";
-import { StitchError } from "./errors.js";
+import { StitchError } from "../core/errors.js";
 import type { TracePlan } from "./pairing.js";
 
 /**
