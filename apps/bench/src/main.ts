@@ -2,9 +2,8 @@
 /**
  * gmlake-bench: every trace in a folder x every policy x the chosen drivers, on the
  * machine it runs on. Writes results.json, summary.md and one SVG per trace to --out.
- * On a host with several GPUs it runs one worker process per GPU (CUDA_VISIBLE_DEVICES).
+ * On a host with several GPUs it runs one worker process per GPU (CUDA_VISIBLE_DEVICES, --gpus).
  */
-import { fork } from "node:child_process";
 import { cpus, hostname } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -18,11 +17,12 @@ import { mergeCommand } from "./merge.js";
 import { checkSweepOutputs, writeOutputs, type Plan, type SweepTargets } from "./outputs.js";
 import { recordedCurves, type CurvesFile } from "./plots.js";
 import { inShard, parseShard, type Shard } from "./shard.js";
+import { dealShares, FAKE_GPUS_VAR, hostDevices, parseGpus, runWorkers, visibleDevice, WorkerDied, type Devices, type WorkerSpec } from "./gpus.js";
 import { closePolicyThreads, exitPastModuleTimers, loadProbedPolicyModules, runWatchedTask, servedAsPolicyThread } from "./outside-policy.js";
 import type { Task, TaskResult } from "./task.js";
 
 const HELP = `Usage: gmlake-bench [--traces DIR] [--policies a,b] [--drivers auto|sim,cuda,host]
-                    [--capacity-factor 1.02] [--integrity on|full|off] [--workers N] [--cpu-workers N]
+                    [--capacity-factor 1.02] [--integrity on|full|off] [--gpus all|N|0,1,3] [--cpu-workers N]
                     [--only NAME,...] [--set KNOB=VALUE ...] [--policy-module PATH|PACKAGE ...]
                     [--no-warmup] [--shard I/N] [--out DIR] [--force]
        gmlake-bench merge DIR... --out DIR [--force]
@@ -31,6 +31,11 @@ Replays every trace in DIR (default ../shared/traces, sub-folders included) with
 policy on each driver, and writes DIR_OUT/results.json, summary.md and <trace>.svg.
 --drivers auto = cuda and sim on a GPU host, sim elsewhere. --capacity-factor F adds a
 sim run per trace x policy under a capacity of F x the trace's peak requested bytes.
+--gpus spreads the cuda runs over this host's GPUs (default all): one worker process per
+GPU (CUDA_VISIBLE_DEVICES), each on its share, dealt round-robin as --shard deals across
+hosts, merged here; a worker that dies stops the sweep with one line naming its GPU, exit 1,
+nothing written. GMLAKE_BENCH_FAKE_GPUS=N simulates N GPUs (tests): every run goes to them.
+Every process it starts has NVLink multicast off (NCCL_NVLS_ENABLE=0 ...).
 Before its first cuda task a worker makes a few driver calls of each kind, untimed, so
 that the driver's lazy first-use cost does not land on the first trace (--no-warmup).
 --policy-module loads a module whose default export is a policy or a list of them (a
@@ -53,7 +58,9 @@ interface Args {
   drivers: ("cuda" | "sim" | "host")[];
   capacityFactor: number | null;
   integrity: boolean | "full";
-  workers: number;
+  /** The GPU ordinals the GPU-bound tasks are spread over (empty: none). */
+  gpus: number[];
+  devices: Devices;
   /** Worker processes for sim/host runs (default: cores - 2, at most 8). */
   cpuWorkers?: number;
   only: string[] | null;
@@ -83,6 +90,7 @@ async function parse(argv: string[]): Promise<Args> {
         drivers: { type: "string" },
         "capacity-factor": { type: "string" },
         integrity: { type: "string" },
+        gpus: { type: "string" },
         workers: { type: "string" },
         "cpu-workers": { type: "string" },
         "no-warmup": { type: "boolean" },
@@ -138,9 +146,18 @@ async function parse(argv: string[]): Promise<Args> {
   if (factor !== null && !(factor > 0)) fail(`invalid --capacity-factor '${v["capacity-factor"]}'`);
   const integ = v.integrity ?? "on";
   if (!["on", "off", "full"].includes(integ)) fail(`invalid --integrity '${integ}': on, full or off`);
-  const gpus = cuda.ok ? cuda.devices.length : 0;
-  const workers = v.workers ? Number(v.workers) : Math.max(1, drivers.includes("cuda") ? gpus : 1);
-  if (!Number.isInteger(workers) || workers < 1) fail(`invalid --workers '${v.workers}'`);
+  const devices = hostDevices(cuda);
+  if (typeof devices === "string") fail(devices);
+  // --workers N, the older spelling of --gpus N
+  if (v.gpus !== undefined && v.workers !== undefined) fail("--gpus and --workers name the same thing: give one");
+  const gpuSpec = v.gpus ?? v.workers;
+  let gpus: number[] = [];
+  if (devices.fake || drivers.includes("cuda")) {
+    if (devices.count === 0) fail(`--gpus: no GPU here (${devices.why})`);
+    const g = parseGpus(gpuSpec ?? "all", devices.count);
+    if (typeof g === "string") fail(g);
+    gpus = g;
+  } else if (gpuSpec !== undefined) fail(`--gpus spreads the cuda runs, and --drivers ${drivers.join(",")} has none (or set ${FAKE_GPUS_VAR} to simulate GPUs)`);
   const cpuWorkers = v["cpu-workers"] === undefined ? undefined : Number(v["cpu-workers"]);
   if (cpuWorkers !== undefined && (!Number.isInteger(cpuWorkers) || cpuWorkers < 1)) fail(`invalid --cpu-workers '${v["cpu-workers"]}'`);
   const shard = v.shard === undefined ? null : parseShard(v.shard);
@@ -152,7 +169,8 @@ async function parse(argv: string[]): Promise<Args> {
     drivers,
     capacityFactor: factor,
     integrity: integ === "full" ? "full" : integ === "on",
-    workers,
+    gpus,
+    devices,
     cpuWorkers,
     only: v.only ? v.only.split(",") : null,
     out: v.out ?? "bench-results",
@@ -163,32 +181,23 @@ async function parse(argv: string[]): Promise<Args> {
   };
 }
 
-/**
- * Runs tasks in worker processes: cuda tasks one worker per GPU, each pinned with
- * CUDA_VISIBLE_DEVICES; sim and host tasks on CPU workers (no GPU visible to them), so the
- * sim runs and their speed figures do not wait for or compete with the GPU runs.
- */
-async function runInWorkers(queue: Task[], workers: number, gpu: number | null, onDone: (r: TaskResult) => void): Promise<void> {
-  const script = new URL(import.meta.url).pathname;
-  await Promise.all(
-    Array.from({ length: workers }, (_, w) => {
-      return new Promise<void>((resolve, reject) => {
-        const env = { ...process.env, CUDA_VISIBLE_DEVICES: gpu === null ? "" : String(gpu + w) };
-        const child = fork(script, ["--worker"], { env, stdio: ["ignore", "inherit", "inherit", "ipc"] });
-        const next = () => {
-          const t = queue.shift();
-          if (t) child.send(t);
-          else child.disconnect();
-        };
-        child.on("message", (r: TaskResult) => {
-          onDone(r);
-          next();
-        });
-        child.on("exit", (code) => (code === 0 || code === null ? resolve() : reject(new Error(`worker ${w} exited with ${code}`))));
-        next();
-      });
-    }),
-  );
+const SCRIPT = new URL(import.meta.url).pathname;
+
+/** One worker per GPU, each on its own share (pinned with CUDA_VISIBLE_DEVICES). */
+function gpuWorkers(tasks: Task[], gpus: readonly number[], fake: boolean): WorkerSpec[] {
+  return dealShares(tasks, gpus.length).flatMap((share, k) => {
+    const g = gpus[k]!;
+    const visible = visibleDevice(g);
+    const queue = [...share];
+    const label = `the worker on ${fake ? "simulated " : ""}GPU ${g} (CUDA_VISIBLE_DEVICES=${visible})`;
+    return share.length ? [{ label, env: { ...process.env, CUDA_VISIBLE_DEVICES: visible }, next: () => queue.shift(), gpu: g, share: share.length }] : [];
+  });
+}
+
+/** sim and host tasks on CPU workers sharing one queue, no GPU visible to them: their speed figures do not wait for or compete with the GPU runs. */
+function cpuWorkerSpecs(tasks: Task[], n: number): WorkerSpec[] {
+  const queue = [...tasks];
+  return Array.from({ length: n }, (_, w) => ({ label: `CPU worker ${w}`, env: { ...process.env, CUDA_VISIBLE_DEVICES: "" }, next: () => queue.shift(), gpu: null }));
 }
 
 function worker(): void {
@@ -249,27 +258,38 @@ async function main(): Promise<void> {
   const onDone = (r: TaskResult) => {
     results.push(r);
     const status = r.error ? `ERROR ${r.error}` : `util ${r.utilization.toFixed(3)}${r.oom ? " OOM" : ""}, ${(r.eventsPerSecond / 1e6).toFixed(2)} M ev/s`;
-    process.stderr.write(terminalSafe(`[${results.length}/${mine.length}] ${((Date.now() - t0) / 1000).toFixed(0)}s ${r.trace} ${r.policy} ${r.driver}${r.capacityNote ? ` @${r.capacityNote}` : ""}: ${status}`) + "\n");
+    process.stderr.write(terminalSafe(`[${results.length}/${mine.length}] ${((Date.now() - t0) / 1000).toFixed(0)}s ${r.trace} ${r.policy} ${r.driver}${r.gpu == null ? "" : ` (GPU ${r.gpu})`}${r.capacityNote ? ` @${r.capacityNote}` : ""}: ${status}`) + "\n");
   };
-  const gpuTasks = mine.filter((t) => t.driver === "cuda");
-  const cpuTasks = mine.filter((t) => t.driver !== "cuda");
+  // simulated GPUs stand in for real ones: every task goes to them
+  const onGpu = (t: Task) => a.devices.fake || t.driver === "cuda";
+  const gpuTasks = mine.filter(onGpu);
+  const cpuTasks = mine.filter((t) => !onGpu(t));
   // Leave a core for the GPU worker and the parent; on a 2-core box this is one worker.
   const cpuWorkers = Math.max(1, Math.min(a.cpuWorkers ?? cpus().length - 2, cpuTasks.length, 8));
   if (gpuTasks.length === 0 && cpuWorkers === 1) {
     for (const t of mine) onDone(await runWatchedTask(t));
     await closePolicyThreads();
   } else {
-    await Promise.all([
-      gpuTasks.length ? runInWorkers(gpuTasks, a.workers, 0, onDone) : Promise.resolve(),
-      cpuTasks.length ? runInWorkers(cpuTasks, cpuWorkers, null, onDone) : Promise.resolve(),
-    ]);
+    const specs = [...gpuWorkers(gpuTasks, a.gpus, a.devices.fake), ...(cpuTasks.length ? cpuWorkerSpecs(cpuTasks, cpuWorkers) : [])];
+    try {
+      await runWorkers(SCRIPT, specs, onDone);
+    } catch (e) {
+      if (e instanceof WorkerDied) fail(e.message, 1);
+      throw e;
+    }
   }
+  // the shares merged: every task of this run once (a worker answers only the task it was sent)
+  if (results.length !== mine.length || new Set(results.map((r) => r.taskId)).size !== mine.length) fail(`${results.length} results for ${mine.length} tasks: nothing written`, 1);
+  for (const r of results) r.gpu ??= null;
   results.sort((x, y) => x.taskId - y.taskId);
 
   const cuda = probeCuda({ memInfo: false });
-  const machine = cuda.ok
-    ? `${cuda.devices.map((d) => d.name).join(", ")} (driver ${cuda.driver.version ?? "?"}), ${cpus().length} CPU cores, host ${hostname()}`
-    : `${cpus()[0]?.model ?? "CPU"} x${cpus().length}, no GPU, host ${hostname()}`;
+  const used = gpuTasks.length ? `, GPUs used ${a.gpus.join(",")}` : "";
+  const machine = a.devices.fake
+    ? `${cpus()[0]?.model ?? "CPU"} x${cpus().length}, ${a.devices.count} simulated GPUs${used}, host ${hostname()}`
+    : cuda.ok
+      ? `${cuda.devices.map((d) => d.name).join(", ")} (driver ${cuda.driver.version ?? "?"})${used}, ${cpus().length} CPU cores, host ${hostname()}`
+      : `${cpus()[0]?.model ?? "CPU"} x${cpus().length}, no GPU, host ${hostname()}`;
   const command = `gmlake-bench ${argv.join(" ")}`.trim();
   const date = new Date().toISOString();
   const curves: CurvesFile = { recorded: {}, runs: {} };

@@ -38,6 +38,8 @@ export interface TaskResult extends ReplayRow {
   /** cuda: device memory gone (cuMemGetInfo) when the allocator's held bytes peaked. */
   deviceUsedAtPeakBytes: number | null;
   error: string | null;
+  /** The GPU ordinal (of this host, as --gpus names them) its worker ran on; null on a CPU worker or in the bench's own process. */
+  gpu?: number | null;
   /** Reserved over time, when the task asked for it (not written to results.json). */
   reservedCurve?: Curve;
 }

@@ -1,8 +1,8 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { afterAll, describe, expect, it } from "vitest";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { MAIN, SMALL, haveTraces, scratchDir } from "./paths.js";
 
 /**
  * A --policy-module that hangs, exits or throws in the bench: the task it runs fails with
@@ -10,13 +10,7 @@ import { afterAll, describe, expect, it } from "vitest";
  * sweep go on, and the bench exits 2 (bad input), in worker processes and in its own; a
  * module whose import does not end stops the bench in one line before any run.
  */
-const here = dirname(fileURLToPath(import.meta.url));
-const MAIN = resolve(here, "../dist/main.js");
-const SHARED = process.env.GMLAKE_SHARED ?? resolve(here, "../../../../shared");
-const SMALL = join(SHARED, "traces", "small");
-const haveTraces = existsSync(join(SMALL, "train_default.pickle"));
-const dir = mkdtempSync(join(here, ".tmp-bad-policy-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const dir = scratchDir(".tmp-bad-policy-");
 const KIT = JSON.stringify(new URL("../../../packages/stitch/dist/policy-kit.js", import.meta.url).href);
 
 /** A policy mapping one fresh chunk range per block, whose malloc runs `bad` after its 50th call. */
