@@ -377,6 +377,23 @@ def auto_bad_policy():
     return auto_refused(code, {"GMLAKE_POLICY": "nope"}, "GMLAKE_POLICY=nope not enabled: ")
 
 
+def auto_nccl_register():
+    """NCCL's tensor-registration hook asked for: ours declines in one line (PyTorch's stays, and registers); "0" asks nothing."""
+    code = '''
+        import torch
+        torch.cuda.first_tensor()
+        assert torch.cuda.init_calls == [1] and not torch.cuda.memory.swapped
+    '''
+    err = auto_refused(code, {"TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "1"}, "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK is set: ours does not register")
+    code = '''
+        import torch
+        torch.cuda.first_tensor()
+        assert len(torch.cuda.memory.swapped) == 1
+    '''
+    r = child(code, env={"GMLAKE_POLICY": "vms", "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0"})
+    return err or expect(r) or (f"stderr: {r.stderr}" if r.stderr.strip() else None)
+
+
 def device():
     from gmlake_torch.autoenable import device_from_env
 
@@ -425,7 +442,8 @@ def cli():
 
 
 CASES = {"memory-api": memory_api, "enable-api": enable_api, "auto": auto, "auto-explicit": auto_explicit, "auto-off": auto_off, "auto-no-torch": auto_no_torch,
-         "auto-cuda-first": auto_cuda_first, "auto-bad-policy": auto_bad_policy, "device": device, "cli": cli}
+         "auto-cuda-first": auto_cuda_first, "auto-bad-policy": auto_bad_policy,
+         "auto-nccl-register": auto_nccl_register, "device": device, "cli": cli}
 
 
 def main(argv):

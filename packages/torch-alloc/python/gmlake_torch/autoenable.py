@@ -27,6 +27,7 @@ import os
 import sys
 import threading
 
+NCCL_REGISTER_HOOK = "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK"
 _lock = threading.Lock()
 _state = {"installed": False, "done": False, "record": None}
 _originals = {}
@@ -171,6 +172,10 @@ def _start(torch):
         try:
             if cuda.is_initialized():
                 raise RuntimeError("CUDA was initialised before GMLAKE_POLICY's hook could act")
+            if os.environ.get(NCCL_REGISTER_HOOK, "").strip().lower() in ("1", "true", "yes", "y", "on"):
+                # PyTorch would register each segment with NCCL and refuse at the process group
+                raise RuntimeError(f"{NCCL_REGISTER_HOOK} is set: ours does not register its memory with NCCL "
+                                   "(vms moves a range's physical pages; PyTorch turns it off under expandable_segments too); unset it to run on ours")
             gmlake_torch.enable(device=device_from_env(), **_record_settings())
         except Exception as e:  # noqa: BLE001 (the job goes on with PyTorch's allocator, and says so)
             why = (str(e).strip().splitlines() or [type(e).__name__])[0]
