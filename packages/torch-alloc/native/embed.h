@@ -21,6 +21,12 @@ enum GmlakeOp {
   kOpPeek = 9,          // (size, device, stream) -> where kOpAlloc would land now (no change), or kStatusNotCached
   kOpSetCapacity = 10,  // (bytes, device) -> 0: the memory budget from the next allocation on
   kOpSetMemoryFraction = 11,  // (fraction, device) -> the budget's bytes: fraction x the device's memory
+  // private pools (CUDA graphs, MemPool): passed through to JS like any call (src/private-pools.ts)
+  kOpPoolBegin = 12,    // (pool id first, second, window) -> the pool's ordinal, or a negative status
+  kOpPoolAlloc = 13,    // (size, ordinal x 2 + capturing, stream) -> address, or a negative status (-4: no room during capture)
+  kOpPoolEnd = 14,      // (ordinal) -> 0
+  kOpPoolRelease = 15,  // (pool id first, second) -> bytes given back to the engine now
+  kOpPoolUseCount = 16, // (pool id first, second) -> its uses
 };
 
 // Frees need no answer, so gmlake_embed_call(kOpFree) only queues them (no isolate, a

@@ -32,6 +32,7 @@
 #include "embed.h"
 
 #define GMLAKE_EXPORT extern "C" __attribute__((visibility("default")))
+GMLAKE_EXPORT int gmlake_pool_alloc(size_t size, int ordinal, int capturing, void* stream, void** out);
 
 namespace {
 
@@ -158,6 +159,29 @@ enum : int { kCaptureEveryCall = 0, kCapturePoolWindows = 1 };
 std::atomic<int> g_captureCheck{kCaptureEveryCall};
 std::atomic<int> g_poolWindows{0};  // beginAllocateToPool calls not ended yet
 
+// The open allocate-to-pool windows: an allocation on a stream that a window's filter takes
+// (PyTorch's: the stream captures this graph; use_mem_pool's: this thread) goes to its pool,
+// and a free there goes to the engine at once (a pool's blocks are reused inside it during a
+// capture). Which block is whose, and everything else, is the engine's (src/private-pools.ts).
+struct CUstream_st;  // cudaStream_t's
+struct PoolWindow {
+  unsigned long long first, second;
+  int ordinal;
+  std::function<bool(CUstream_st*)> filter;
+};
+std::mutex g_windowMutex;
+std::vector<PoolWindow> g_windowList;
+
+// The ordinal of the window whose filter takes `stream`, or 0.
+int PoolFor(void* stream) {
+  if (g_poolWindows.load(std::memory_order_acquire) == 0) return 0;
+  std::lock_guard<std::mutex> lock(g_windowMutex);
+  for (const PoolWindow& w : g_windowList) {
+    if (w.filter && w.filter(static_cast<CUstream_st*>(stream))) return w.ordinal;
+  }
+  return 0;
+}
+
 // Whether `stream` is capturing a CUDA graph (any answer but "no" counts as capturing:
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT on the legacy stream during a global capture too).
 thread_local bool t_contextChecked = false;
@@ -204,6 +228,21 @@ void FreeNow(void* ptr, size_t size, void* stream) {
     std::fprintf(stderr, "gmlake: free(%p, %zu) failed: %s\n", ptr, size, msg != nullptr ? msg : "");
     std::free(msg);
   }
+}
+
+// A call into the engine; a status < 0 leaves the engine's message in t_error.
+double PoolCall(int op, double a, double b, double c) {
+  if (g_call == nullptr) {
+    t_error = "gmlake: the allocator is not started";
+    return kStatusNotStarted;
+  }
+  double r = g_call(op, a, b, c);
+  if (r < 0) {
+    char* msg = g_text(kTextLastError, "");
+    t_error = msg != nullptr ? msg : "";
+    std::free(msg);
+  }
+  return r;
 }
 
 void FlushDeferred() {
@@ -339,10 +378,11 @@ GMLAKE_EXPORT int gmlake_try_alloc(size_t size, int device, void* stream, void**
     t_error = "gmlake: the allocator is not started (call gmlake_torch.enable() before the first CUDA tensor)";
     return kStatusNotStarted;
   }
+  if (int ordinal = PoolFor(stream)) return gmlake_pool_alloc(size, ordinal, Capturing(stream, device) ? 1 : 0, stream, out);
   if (Capturing(stream, device)) {
     t_error = "gmlake: an allocation of " + std::to_string(size) +
-              " bytes during CUDA-graph capture: the stitching allocator makes no driver call during capture; "
-              "capture with PyTorch's own allocator";
+              " bytes on a stream that captures a CUDA graph outside any pool window PyTorch opened (a capture begun "
+              "behind PyTorch's back): capture with torch.cuda.graph or CUDAGraph.capture_begin, which give it a private pool";
     return kStatusCapture;
   }
   FlushDeferred();
@@ -353,6 +393,20 @@ GMLAKE_EXPORT int gmlake_try_alloc(size_t size, int device, void* stream, void**
     std::free(msg);
     return static_cast<int>(r);
   }
+  *out = reinterpret_cast<void*>(static_cast<uintptr_t>(r));
+  return 0;
+}
+
+/**
+ * An allocation from private pool `ordinal` (gmlake_pool_begin's); capturing: the stream is
+ * capturing, so only the pool's free memory may serve it (no driver call). 0 and *out set,
+ * or a status < 0 (-1 out of memory, -4 no room during capture) with gmlake_last_error().
+ */
+GMLAKE_EXPORT int gmlake_pool_alloc(size_t size, int ordinal, int capturing, void* stream, void** out) {
+  *out = nullptr;
+  double r = PoolCall(kOpPoolAlloc, static_cast<double>(size), 2.0 * ordinal + (capturing ? 1 : 0),
+                      static_cast<double>(reinterpret_cast<uintptr_t>(stream)));
+  if (r < 0) return static_cast<int>(r);
   *out = reinterpret_cast<void*>(static_cast<uintptr_t>(r));
   return 0;
 }
@@ -370,6 +424,12 @@ GMLAKE_EXPORT void* gmlake_alloc(size_t size, int device, void* stream) {
 GMLAKE_EXPORT void gmlake_free(void* ptr, size_t size, int device, void* stream) {
   if (g_call == nullptr || g_exiting.load(std::memory_order_relaxed)) return;
   CallTimer timer(kCallFree);
+  // on a stream a pool window takes: the engine decides (a pool's block is reused in its pool;
+  // another block waits there until no capture is underway)
+  if (PoolFor(stream) != 0) {
+    FreeNow(ptr, size, stream);
+    return;
+  }
   if (Capturing(stream, device)) {
     std::lock_guard<std::mutex> lock(g_deferredMutex);
     g_deferred.push_back({ptr, size, device, stream});
@@ -454,22 +514,82 @@ GMLAKE_EXPORT double gmlake_bench_js_pairs(int pairs, void* stream) {
 }
 
 /**
- * set_begin_allocate_to_pool: PyTorch opens a pool window (before it begins a CUDA-graph
- * capture, or for torch.cuda.use_mem_pool). The filter (which streams go to the pool) is
- * not needed: inside a window every alloc and free asks the driver whether its stream
- * captures. The signature is PyTorch's (CUDAPluggableAllocator.h).
+ * Private pool (first, second): window 1 opens an allocate-to-pool window on it (created with
+ * one use, or one use more; the engine takes memory ahead now, before the capture begins),
+ * window 0 only creates it or adds a use (MemPool). Returns its ordinal (> 0), or a status < 0.
  */
-struct CUstream_st;  // cudaStream_t's
-GMLAKE_EXPORT void gmlake_begin_allocate_to_pool(int /*device*/, std::pair<unsigned long long, unsigned long long> /*pool*/,
-                                                 std::function<bool(CUstream_st*)> /*filter*/) {
+GMLAKE_EXPORT int gmlake_pool_begin(unsigned long long first, unsigned long long second, int window) {
+  return static_cast<int>(PoolCall(kOpPoolBegin, static_cast<double>(first), static_cast<double>(second), window ? 1 : 0));
+}
+
+/** The window of pool `ordinal` closes (the capture ended, or use_mem_pool's block). */
+GMLAKE_EXPORT int gmlake_pool_end(int ordinal) { return static_cast<int>(PoolCall(kOpPoolEnd, ordinal, 0, 0)); }
+
+/** One use of pool (first, second) fewer; at none its memory goes back once its last block is freed. Bytes given back now, or a status < 0. */
+GMLAKE_EXPORT double gmlake_pool_release(unsigned long long first, unsigned long long second) {
+  return PoolCall(kOpPoolRelease, static_cast<double>(first), static_cast<double>(second), 0);
+}
+
+/** The uses of pool (first, second) (0: none), or a status < 0. */
+GMLAKE_EXPORT int gmlake_pool_use_count(unsigned long long first, unsigned long long second) {
+  return static_cast<int>(PoolCall(kOpPoolUseCount, static_cast<double>(first), static_cast<double>(second), 0));
+}
+
+/**
+ * set_begin_allocate_to_pool: PyTorch opens a pool window (before it begins a CUDA-graph
+ * capture, or for torch.cuda.use_mem_pool): allocations on the streams `filter` takes go to
+ * the pool from now on. Throws when the engine refuses (a window already open on the pool).
+ * The signature is PyTorch's (CUDAPluggableAllocator.h).
+ */
+GMLAKE_EXPORT void gmlake_begin_allocate_to_pool(int /*device*/, std::pair<unsigned long long, unsigned long long> pool,
+                                                 std::function<bool(CUstream_st*)> filter) {
+  int ordinal = 0;
+  if (g_call != nullptr) {
+    ordinal = gmlake_pool_begin(pool.first, pool.second, 1);
+    if (ordinal < 0) throw std::runtime_error(t_error);
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_windowMutex);
+    g_windowList.push_back({pool.first, pool.second, ordinal, ordinal > 0 ? std::move(filter) : nullptr});
+  }
   g_poolWindows.fetch_add(1, std::memory_order_acq_rel);
 }
 
-/** set_end_allocate_to_pool_fn: the window closes (after the capture ended). */
-GMLAKE_EXPORT void gmlake_end_allocate_to_pool(int /*device*/, std::pair<unsigned long long, unsigned long long> /*pool*/) {
-  int n = g_poolWindows.load(std::memory_order_acquire);
-  while (n > 0 && !g_poolWindows.compare_exchange_weak(n, n - 1, std::memory_order_acq_rel)) {
+// Takes the open window of `pool` off the list: its ordinal, 0 if it had none, or -1 if none was open.
+static int TakeWindow(std::pair<unsigned long long, unsigned long long> pool) {
+  std::lock_guard<std::mutex> lock(g_windowMutex);
+  for (auto it = g_windowList.begin(); it != g_windowList.end(); ++it) {
+    if (it->first == pool.first && it->second == pool.second) {
+      int ordinal = it->ordinal;
+      g_windowList.erase(it);
+      g_poolWindows.fetch_sub(1, std::memory_order_acq_rel);
+      return ordinal;
+    }
   }
+  return -1;
+}
+
+/** set_end_allocate_to_pool_fn: the window closes (after the capture ended); one not open is ignored. */
+GMLAKE_EXPORT void gmlake_end_allocate_to_pool(int /*device*/, std::pair<unsigned long long, unsigned long long> pool) {
+  int ordinal = TakeWindow(pool);
+  if (ordinal > 0) gmlake_pool_end(ordinal);
+  FlushDeferred();
+}
+
+/**
+ * set_release_pool: a graph (or MemPool) using the pool is gone; a window still open (a
+ * capture that failed half-way) closes. Frees cannot fail towards PyTorch: a refusal is said.
+ */
+GMLAKE_EXPORT void gmlake_release_pool(int /*device*/, std::pair<unsigned long long, unsigned long long> pool) {
+  if (TakeWindow(pool) > 0) FlushDeferred();
+  if (g_call != nullptr && gmlake_pool_release(pool.first, pool.second) < 0) {
+    std::fprintf(stderr, "gmlake: releasePool(%llu, %llu) failed: %s\n", pool.first, pool.second, t_error.c_str());
+  }
+}
+
+/** createOrIncrefPool (torch.cuda.MemPool): pool (first, second) created with one use, or one use more. Throws when refused. */
+GMLAKE_EXPORT void gmlake_create_pool(int /*device*/, std::pair<unsigned long long, unsigned long long> pool) {
+  if (gmlake_pool_begin(pool.first, pool.second, 0) < 0) throw std::runtime_error(t_error);
 }
 
 /**

@@ -15,6 +15,7 @@ import { BUILTIN_POLICIES, getPolicy, registerPolicy, type Policy } from "@gmlak
 
 import { LiveAllocator, type LiveConfig } from "./live-allocator.js";
 import { PairPattern } from "./pair-pattern.js";
+import { PoolError } from "./private-pools.js";
 import {
   OP_ALLOC,
   OP_ALLOC_CACHED,
@@ -27,6 +28,11 @@ import {
   OP_PEEK,
   OP_SET_CAPACITY,
   OP_SET_MEMORY_FRACTION,
+  OP_POOL_BEGIN,
+  OP_POOL_ALLOC,
+  OP_POOL_END,
+  OP_POOL_RELEASE,
+  OP_POOL_USE_COUNT,
   STATUS_ERROR,
   STATUS_NOT_CACHED,
   TEXT_STATS,
@@ -194,6 +200,17 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
             live.setCapacity(a);
             return 0;
           }
+          case OP_POOL_BEGIN:
+            return live.poolBegin(a, b, c !== 0);
+          case OP_POOL_ALLOC:
+            return live.poolAlloc(Math.floor(b / 2), a, b % 2 === 1);
+          case OP_POOL_END:
+            live.poolEnd(a);
+            return 0;
+          case OP_POOL_RELEASE:
+            return live.poolRelease(a, b);
+          case OP_POOL_USE_COUNT:
+            return live.pools.useCount(a, b);
           case OP_PING:
             return a;
           case OP_FLUSH:
@@ -209,6 +226,10 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
             return fail(new Error(`unknown operation ${op}`));
         }
       } catch (e) {
+        if (e instanceof PoolError) {
+          live.lastError = e.message;
+          return e.status;
+        }
         return fail(e);
       }
     },

@@ -26,6 +26,7 @@ import { MemoryBudget } from "./budget.js";
 import { BoundedHistory } from "./bounded-history.js";
 import { coerceKnobs } from "./knobs.js";
 import { FRONT_CACHE_MAX_ENTRIES } from "./ops.js";
+import { PrivatePools } from "./private-pools.js";
 
 export type LiveDriverName = "cuda" | "host" | "sim";
 
@@ -60,6 +61,8 @@ export interface LiveConfig {
    * policy with mallocCached (vms) and record off.
    */
   readonly frontCacheEntries?: number;
+  /** The least a CUDA-graph capture's private pool holds free when its capture begins (bytes; default 0: what the work since the last pool window needed). */
+  readonly poolReserveBytes?: number;
 }
 
 const MiB = 1024 * 1024;
@@ -119,6 +122,9 @@ export class LiveAllocator {
       throw e;
     }
     this.recording = this.allocator.recorder !== null;
+    const reserve = config.poolReserveBytes ?? 0;
+    if (!Number.isSafeInteger(reserve) || reserve < 0) throw new Error(`poolReserveBytes takes a byte count (an integer >= 0), not ${String(reserve)}`);
+    this.pools = new PrivatePools({ take: (n, key) => this.allocator.tryMalloc(n, key), give: (b) => this.allocator.free(b) }, reserve);
     this.history = this.allocator.recorder === null ? null : new BoundedHistory(this.allocator.recorder, maxEntries);
     try {
       this.frontCacheEntries = this.checkFrontCache(config.frontCacheEntries ?? 0);
@@ -131,6 +137,12 @@ export class LiveAllocator {
 
   /** The native front cache's size in blocks (0: off). */
   readonly frontCacheEntries: number;
+  /** CUDA-graph and MemPool private pools (private-pools.ts). */
+  readonly pools: PrivatePools;
+  /** The most allocated bytes since the last pool window began or ended: what a capture begun now is expected to need is its rise over now. */
+  private peakSinceMark = 0;
+  /** Frees of engine blocks that arrived while a capture was underway: made once none is (no engine call, so no driver call, during capture). */
+  private readonly captureDeferred: Block[] = [];
   /** The memory budget the policy sees (capacityOf) and the driver calls meet. */
   readonly budget: MemoryBudget;
 
@@ -189,7 +201,50 @@ export class LiveAllocator {
       }
     }
     this.live.set(b.addr, b);
+    const allocated = this.allocator.stats.allocatedBytes;
+    if (allocated > this.peakSinceMark) this.peakSinceMark = allocated;
     return b.addr;
+  }
+
+  private mark(): void {
+    this.peakSinceMark = this.allocator.stats.allocatedBytes;
+  }
+
+  /**
+   * beginAllocateToPool (window) or createOrIncrefPool (MemPool): the pool's ordinal. A window
+   * takes memory ahead for a capture: the rise of allocated bytes since the last pool window
+   * (the warm-up PyTorch asks for before a capture), with a quarter more.
+   */
+  poolBegin(a: number, b: number, window: boolean): number {
+    const expect = window ? Math.ceil(Math.max(0, this.peakSinceMark - this.allocator.stats.allocatedBytes) * 1.25) : 0;
+    const ordinal = this.pools.begin(a, b, window, expect);
+    this.mark();
+    return ordinal;
+  }
+
+  /** An allocation to pool `ordinal` (its window open); throws a PoolError when refused. */
+  poolAlloc(ordinal: number, size: number, capturing: boolean): number {
+    this.counts.allocs++;
+    return this.pools.alloc(ordinal, size, capturing);
+  }
+
+  /** endAllocateToPool; the frees held during a capture are made once no capture is underway. */
+  poolEnd(ordinal: number): void {
+    this.pools.end(ordinal);
+    this.afterCapture();
+    this.mark();
+  }
+
+  /** releasePool: the bytes the pool gave back to the engine now. */
+  poolRelease(a: number, b: number): number {
+    const n = this.pools.releasePool(a, b);
+    this.afterCapture();
+    return n;
+  }
+
+  private afterCapture(): void {
+    if (this.pools.capturing > 0 || this.captureDeferred.length === 0) return;
+    for (const b of this.captureDeferred.splice(0)) this.allocator.free(b);
   }
 
   /**
@@ -234,9 +289,19 @@ export class LiveAllocator {
   /** PyTorch's free (`stream` = the block's own). Throws on an address that is not live. */
   free(address: number): void {
     const b = this.live.take(address);
-    if (b === undefined) throw new Error(`free of 0x${address.toString(16)}, which the allocator did not hand out (or freed already)`);
+    if (b === undefined) {
+      if (this.pools.free(address)) {
+        this.counts.frees++;
+        return;
+      }
+      throw new Error(`free of 0x${address.toString(16)}, which the allocator did not hand out (or freed already)`);
+    }
     this.stamp();
     this.counts.frees++;
+    if (this.pools.capturing > 0) {
+      this.captureDeferred.push(b);
+      return;
+    }
     this.allocator.free(b);
     if (this.history !== null) this.history.afterCall();
   }
@@ -249,6 +314,10 @@ export class LiveAllocator {
   /** record_stream(address, stream): the live block at `address` is used on `stream` too. */
   recordStream(address: number, stream: number): void {
     const b = this.live.get(address);
+    if (b === undefined && this.pools.recordStream(address)) {
+      this.counts.recordStreams++;
+      return;
+    }
     if (b === undefined) throw new Error(`record_stream of 0x${address.toString(16)}, which is not a live allocation`);
     this.counts.recordStreams++;
     this.allocator.recordStream(b, stream);
@@ -305,6 +374,8 @@ export class LiveAllocator {
       driver_total_calls: d.totalCalls,
       driver_total_time_us: d.totalTimeUs,
       counters: this.allocator.instance.counters?.() ?? {},
+      ...this.pools.stats(),
+      capture_deferred_frees: this.captureDeferred.length,
     };
   }
 
@@ -339,7 +410,8 @@ export class LiveAllocator {
     if (this.closed) return { liveBlocksFreed: 0, leaks: null };
     this.stamp();
     this.closed = true;
-    const n = this.live.size;
+    const n = this.live.size + this.pools.closeAll() + this.captureDeferred.length;
+    for (const b of this.captureDeferred.splice(0)) this.allocator.free(b);
     this.allocator.close();
     this.live.clear();
     let leaks: Record<string, number> | null = null;

@@ -18,10 +18,22 @@ export const OP_PEEK = 9;
 export const OP_SET_CAPACITY = 10;
 /** (fraction, device) -> the budget's bytes: fraction x the device's memory (torch.cuda.set_per_process_memory_fraction). */
 export const OP_SET_MEMORY_FRACTION = 11;
+/** (pool id first, second, window 1 | 0) -> the pool's ordinal: beginAllocateToPool (before a capture begins) or createOrIncrefPool (MemPool). */
+export const OP_POOL_BEGIN = 12;
+/** (size, ordinal x 2 + capturing, stream) -> an address from that private pool, or a status (STATUS_CAPTURE: no room during a capture). */
+export const OP_POOL_ALLOC = 13;
+/** (ordinal) -> 0: endAllocateToPool. */
+export const OP_POOL_END = 14;
+/** (pool id first, second) -> the bytes given back to the engine now: releasePool. */
+export const OP_POOL_RELEASE = 15;
+/** (pool id first, second) -> its uses (0: none): getPoolUseCount. */
+export const OP_POOL_USE_COUNT = 16;
 export const STATUS_OOM = -1;
 export const STATUS_ERROR = -2;
 /** OP_ALLOC_CACHED: the policy cannot serve it without growing; the front cache gives its blocks back and asks OP_ALLOC. */
 export const STATUS_NOT_CACHED = -5;
+/** An allocation during CUDA-graph capture that would need a driver call (torch_alloc.cc kStatusCapture). */
+export const STATUS_CAPTURE = -4;
 export const TEXT_STATS = 1;
 export const TEXT_SNAPSHOT = 2;
 export const TEXT_LAST_ERROR = 3;

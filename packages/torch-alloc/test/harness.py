@@ -82,6 +82,20 @@ crash is then a failed case, not a lost run):
   restart                      a second start() with other settings, and start() after close(),
                                are refused naming why; the same settings again are a no-op
 
+  pools:<policy>                private pools (CUDA graphs, MemPool) under each built-in policy:
+                               a pool's memory is its own (not the default pools' freed blocks,
+                               and what it frees serves only it), kept through empty_cache,
+                               shared by two "graphs" (a use each), given back to the engine
+                               at the last release once its last block is freed
+  pool-capture-frees           frees during a capture: a pool block is reused in the capture,
+                               another block waits until no capture is underway; no driver call
+  pool-capture-fails           a capture that fails half-way (released without its end, or
+                               ended and released with its blocks live): memory back once freed
+  pool-capture-needs-driver    an allocation during capture that would need a driver call:
+                               a clear error (-4, warm up), the engine goes on; served after a
+                               warm-up in the pool, from the rise of a warm-up outside it, or
+                               with GMLAKE_POOL_RESERVE_BYTES (pool-reserve-env)
+
 usage: python3 test/harness.py [CASE...]       (no CASE: all of them)
 """
 import bisect
@@ -917,6 +931,9 @@ def enable_with_stub_torch():
         def set_end_allocate_to_pool_fn(self, addr):
             calls["end_pool"] = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong)(addr)
 
+        def set_release_pool(self, addr):  # (int device, MempoolId_t)
+            calls["release_pool"] = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong)(addr)
+
         def set_memory_fraction_fn(self, addr):  # (double fraction, int device)
             calls["memory_fraction"] = ctypes.CFUNCTYPE(None, ctypes.c_double, ctypes.c_int)(addr)
 
@@ -941,7 +958,7 @@ def enable_with_stub_torch():
     os.environ["GMLAKE_KNOBS"] = "maxHandleBytes=33554432"
     os.environ["GMLAKE_RECORD_MAX_ENTRIES"] = "64"
     gmlake_torch.enable("vms", record=True)
-    if len(swapped) != 1 or not {"alloc", "free", "reset", "record_stream", "begin_pool", "end_pool", "memory_fraction"} <= calls.keys():
+    if len(swapped) != 1 or not {"alloc", "free", "reset", "record_stream", "begin_pool", "end_pool", "release_pool", "memory_fraction"} <= calls.keys():
         return f"enable() did not wire the allocator: swapped {len(swapped)}, hooks {sorted(calls)}"
     # the hooks switched the capture check to pool windows (the previous mode is returned)
     if gmlake_torch._native.lib.gmlake_set_capture_check(1) != 1 or gmlake_torch._native.lib.gmlake_set_capture_check(7) != -1:
@@ -950,6 +967,11 @@ def enable_with_stub_torch():
     calls["begin_pool"](0, 1, 2, ctypes.addressof(empty_function))
     calls["end_pool"](0, 1, 2)
     calls["end_pool"](0, 1, 2)  # one end too many: stays closed
+    if gmlake_torch._native.pool_use_count((1, 2)) != 1:
+        return f"the pool window made pool (1, 2) with {gmlake_torch._native.pool_use_count((1, 2))} uses, expected 1"
+    calls["release_pool"](0, 1, 2)  # the graph's reset
+    if gmlake_torch._native.pool_use_count((1, 2)) != 0:
+        return "release_pool did not reach the engine"
     p = calls["alloc"](3 * MiB, 0, 0)
     ctypes.memset(p, 0x5A, 3 * MiB)
     calls["record_stream"](p, 0x77)
@@ -977,6 +999,197 @@ def enable_with_stub_torch():
         return f"leaked {leaks}"
     print(json.dumps({"case": "enable", "stats_keys": len(s)}))
     return None
+
+
+POOL_KEYS = ("private_pools", "private_pool_reserved_bytes", "private_pool_in_use_bytes")
+
+
+def pool_state():
+    s = gmlake_torch.stats()
+    return {k: s[k] for k in POOL_KEYS}
+
+
+def checked_alloc(native, size, fill_id, ordinal=None, capturing=False, stream=0):
+    st, a = native.try_alloc(size, stream) if ordinal is None else native.pool_alloc(size, ordinal, capturing, stream)
+    if st != 0:
+        raise AssertionError(f"alloc({size}{'' if ordinal is None else f', pool #{ordinal}'}) failed ({st}): {native.error()}")
+    fill(a, size, fill_id)
+    return a
+
+
+def expect_intact(a, size, fill_id, what):
+    off = verify(a, size, fill_id)
+    if off >= 0:
+        raise AssertionError(f"{what} at 0x{a:x} corrupted at offset {off}")
+
+
+def close_clean():
+    leaks = gmlake_torch.close()["leaks"]
+    if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
+        raise AssertionError(f"leaked at close: {leaks}")
+
+
+def as_case(fn):
+    """A case written with asserts: its failure's message, or None."""
+    def run(*args):
+        try:
+            return fn(*args)
+        except AssertionError as e:
+            return str(e)
+    return run
+
+
+@as_case
+def pools(policy):
+    native = gmlake_torch.start(policy, driver="host", check_invariants=64)
+    base_reserved = gmlake_torch.stats()["reserved_bytes.all.current"]
+    d = checked_alloc(native, 8 * MiB, 1)
+    native.free(d, 8 * MiB)  # cached in the default pool
+    g1 = native.pool_begin((7, 0))  # graph 1's capture (torch.cuda.graph: a pool of its own)
+    x = checked_alloc(native, 8 * MiB, 2, g1)  # its output, kept
+    t = checked_alloc(native, 8 * MiB, 3, g1)  # a temporary
+    assert d not in (x, t), f"the pool was served the default pool's freed block 0x{d:x}"
+    native.free(t, 8 * MiB)
+    native.pool_end(g1)
+    d2 = checked_alloc(native, 8 * MiB, 4)
+    assert d2 not in (x, t), f"the default pool was served the pool's memory (0x{d2:x})"
+    native.empty_cache()  # the pool's free memory stays: a graph replays into it
+    st = pool_state()
+    assert st["private_pools"] == 1 and st["private_pool_in_use_bytes"] == 8 * MiB, st
+    fill(t, 8 * MiB, 5)  # still mapped (a crash here fails the case)
+    expect_intact(x, 8 * MiB, 2, "graph 1's output")
+    g2 = native.pool_begin((7, 0))  # graph 2 shares the pool (pool=graph1.pool())
+    assert native.pool_use_count((7, 0)) == 2, native.pool_use_count((7, 0))
+    t2 = checked_alloc(native, 8 * MiB, 6, g2, capturing=True)
+    assert t2 == t, f"the shared pool did not reuse its freed memory: 0x{t2:x}, freed 0x{t:x}"
+    native.free(t2, 8 * MiB)
+    native.pool_end(g2)
+    assert native.pool_release((7, 0)) == 0 and native.pool_use_count((7, 0)) == 1, "graph 1's reset"
+    assert native.pool_release((7, 0)) == 0, "graph 2's reset gave memory back with graph 1's output live"
+    assert pool_state()["private_pools"] == 1
+    expect_intact(x, 8 * MiB, 2, "graph 1's output")
+    native.free(x, 8 * MiB)  # the last block: the memory goes back
+    st = pool_state()
+    assert st == {"private_pools": 0, "private_pool_reserved_bytes": 0, "private_pool_in_use_bytes": 0}, st
+    assert native.pool_use_count((7, 0)) == 0
+    native.free(d2, 8 * MiB)
+    native.empty_cache()
+    s = gmlake_torch.stats()
+    assert s["reserved_bytes.all.current"] == base_reserved and s["allocated_bytes.all.current"] == 0, \
+        f"after the release and empty_cache: reserved {s['reserved_bytes.all.current']} (was {base_reserved}), allocated {s['allocated_bytes.all.current']}"
+    returned = s["private_pool_calls"]["bytesReturned"]
+    close_clean()
+    print(json.dumps({"case": f"pools:{policy}", "pool_bytes_returned": returned, "calls": s["private_pool_calls"]}))
+
+
+@as_case
+def pool_capture_frees():
+    native = gmlake_torch.start("vms", driver="host", capacity_bytes=256 * MiB)
+    warm = checked_alloc(native, 24 * MiB, 1)  # warm-up: the rise a capture begun now is expected to need
+    native.free(warm, 24 * MiB)
+    outside = checked_alloc(native, 4 * MiB, 2)  # a tensor of the default pool, freed during the capture
+    g = native.pool_begin((1, 5))
+    calls = gmlake_torch.stats()["driver_total_calls"]
+    a = checked_alloc(native, 6 * MiB, 3, g, capturing=True)
+    native.free(a, 6 * MiB)
+    native.free(outside, 4 * MiB)
+    b = checked_alloc(native, 6 * MiB, 4, g, capturing=True)
+    assert b == a, f"a block freed during the capture was not reused in it: 0x{b:x}, freed 0x{a:x}"
+    c = checked_alloc(native, 4 * MiB, 5, g, capturing=True)
+    assert c != outside, "the default pool's block freed during the capture served the capture"
+    s = gmlake_torch.stats()
+    assert s["capture_deferred_frees"] == 1, f"the default block's free should wait for the capture's end: {s['capture_deferred_frees']}"
+    assert s["driver_total_calls"] == calls, f"{s['driver_total_calls'] - calls} driver calls during the capture"
+    native.pool_end(g)
+    assert gmlake_torch.stats()["capture_deferred_frees"] == 0, "the held free was not made after the capture"
+    for p, n, i in ((b, 6 * MiB, 4), (c, 4 * MiB, 5)):
+        expect_intact(p, n, i, "a captured block")
+        native.free(p, n)
+    assert native.pool_release((1, 5)) > 0, "the released pool gave nothing back"
+    close_clean()
+    print(json.dumps({"case": "pool-capture-frees", "driver_calls_during_capture": 0}))
+
+
+@as_case
+def pool_capture_fails():
+    native = gmlake_torch.start("vms", driver="host", capacity_bytes=256 * MiB, check_invariants=64)
+    warm = checked_alloc(native, 16 * MiB, 1)
+    native.free(warm, 16 * MiB)
+    # 1: the capture raises half-way; the graph is reset without capture_end (releasePool only)
+    g = native.pool_begin((3, 0))
+    a = checked_alloc(native, 5 * MiB, 2, g, capturing=True)
+    assert native.pool_release((3, 0)) == 0, "memory given back with a block live"
+    native.free(a, 5 * MiB)  # the tensor dies with the exception's frame
+    assert pool_state()["private_pools"] == 0, pool_state()
+    # the same id again (a new capture) opens a new window: the old one was closed
+    g = native.pool_begin((3, 0))
+    b = checked_alloc(native, 5 * MiB, 3, g, capturing=True)
+    # 2: ended without completing (cudaStreamEndCapture failed after endAllocateToPool), then reset
+    native.pool_end(g)
+    native.pool_release((3, 0))
+    expect_intact(b, 5 * MiB, 3, "a block of the failed capture")
+    native.free(b, 5 * MiB)
+    st = pool_state()
+    assert st["private_pools"] == 0 and st["private_pool_reserved_bytes"] == 0, st
+    # a window already open on a pool is refused, as PyTorch's allocator refuses it
+    g = native.pool_begin((4, 0))
+    try:
+        native.pool_begin((4, 0))
+        raise AssertionError("a second window on an open pool was accepted")
+    except gmlake_torch.GmlakeError as e:
+        assert "already allocating to pool (4, 0)" in str(e), str(e)
+    native.pool_end(g)
+    native.pool_release((4, 0))
+    native.pool_release((4, 0))  # one release too many: nothing happens
+    close_clean()
+    print(json.dumps({"case": "pool-capture-fails"}))
+
+
+@as_case
+def pool_capture_needs_driver():
+    native = gmlake_torch.start("vms", driver="host", capacity_bytes=256 * MiB)
+    reserve = int(os.environ.get("GMLAKE_POOL_RESERVE_BYTES", "0"))
+    g = native.pool_begin((9, 0))  # nothing warmed up: the pool takes nothing ahead
+    st, a = native.pool_alloc(16 * MiB, g, True)
+    if reserve:
+        assert st == 0, f"GMLAKE_POOL_RESERVE_BYTES={reserve}: the capture was refused: {native.error()}"
+        native.free(a, 16 * MiB)
+        native.pool_end(g)
+        native.pool_release((9, 0))
+        close_clean()
+        print(json.dumps({"case": "pool-reserve-env", "reserve": reserve}))
+        return None
+    msg = native.error()
+    assert st == -4 and a == 0, f"expected the capture status -4 and no address, got ({st}, 0x{a:x})"
+    for says in ("during CUDA-graph capture", "no driver call during capture", "warm up", "GMLAKE_POOL_RESERVE_BYTES"):
+        assert says in msg, f"the refusal does not say {says!r}: {msg}"
+    assert "\n" not in msg
+    native.pool_end(g)
+    # warm-up in the pool (use_mem_pool, or cudagraph trees' warm-up): no capture, the pool grows
+    g = native.pool_begin((9, 0))
+    w = checked_alloc(native, 16 * MiB, 1, g)
+    native.free(w, 16 * MiB)
+    native.pool_end(g)
+    g = native.pool_begin((9, 0))
+    a = checked_alloc(native, 16 * MiB, 2, g, capturing=True)
+    native.free(a, 16 * MiB)
+    native.pool_end(g)
+    for _ in range(3):
+        native.pool_release((9, 0))
+    # a fresh pool after a warm-up outside it (torch.cuda.graph's usual pattern): the rise is taken ahead
+    warm = [checked_alloc(native, 8 * MiB, 10 + i) for i in range(3)]
+    for p in warm:
+        native.free(p, 8 * MiB)
+    g = native.pool_begin((10, 0))
+    got = [checked_alloc(native, 8 * MiB, 20 + i, g, capturing=True) for i in range(3)]
+    for p in got:
+        native.free(p, 8 * MiB)
+    native.pool_end(g)
+    native.pool_release((10, 0))
+    s = gmlake_torch.stats()
+    assert s["private_pool_calls"]["captureRefusals"] == 1, s["private_pool_calls"]
+    close_clean()
+    print(json.dumps({"case": "pool-capture-needs-driver", "message": msg}))
 
 
 def throw_check():
@@ -1308,6 +1521,12 @@ CASES = {
     "fork-child:thread": lambda: fork_child("thread"),
     "restart": restart,
 }
+for _p in ("caching", "expandable", "gmlake", "vms"):
+    CASES[f"pools:{_p}"] = (lambda p: (lambda: pools(p)))(_p)
+CASES["pool-capture-frees"] = pool_capture_frees
+CASES["pool-capture-fails"] = pool_capture_fails
+CASES["pool-capture-needs-driver"] = pool_capture_needs_driver
+CASES["pool-reserve-env"] = pool_capture_needs_driver
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
 CASES["stress:vms-one-stream-reuse:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "false"})
@@ -1336,6 +1555,7 @@ ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times
        "speculate-outside-policy-asked": {"GMLAKE_SPECULATE": "6"},
        "drain-locker": {"GMLAKE_DRAIN_US": "0"},
        "budget-env": {"GMLAKE_MEMORY_FRACTION": "0.25"},
+       "pool-reserve-env": {"GMLAKE_POOL_RESERVE_BYTES": str(32 * MiB)},
        "budget:vms:thread": {"GMLAKE_THREADING": "thread"},
        "budget-env-both": {"GMLAKE_MEMORY_FRACTION": "0.25", "GMLAKE_CAPACITY_BYTES": str(64 * MiB)},
        "budget-env-bad": {"GMLAKE_MEMORY_FRACTION": "half"},
@@ -1375,7 +1595,8 @@ def main(argv):
     for name in names:
         env = {k: v for k, v in os.environ.items()
                if k not in ("GMLAKE_TIME_CALLS", "GMLAKE_NODE_FLAGS", "GMLAKE_THREADING", "GMLAKE_FRONT_CACHE_ENTRIES",
-                            "GMLAKE_DRAIN_US", "GMLAKE_SPIN_US", "GMLAKE_SPECULATE", "GMLAKE_MEMORY_FRACTION", "GMLAKE_CAPACITY_BYTES")}
+                            "GMLAKE_DRAIN_US", "GMLAKE_SPIN_US", "GMLAKE_SPECULATE", "GMLAKE_MEMORY_FRACTION", "GMLAKE_CAPACITY_BYTES",
+                            "GMLAKE_POOL_RESERVE_BYTES")}
         env.update(ENV.get(name, {}))
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, __file__, "--one", name], env=env, capture_output=True, text=True, timeout=600)

@@ -85,6 +85,19 @@ class _Native:
         lib.gmlake_set_capture_check.restype = ctypes.c_int
         lib.gmlake_call_times.argtypes = [ctypes.POINTER(ctypes.c_double)]
         lib.gmlake_call_times.restype = ctypes.c_int
+        self.pools = hasattr(lib, "gmlake_pool_begin")  # private pools (CUDA graphs, MemPool); a bundled baseline may lack them
+        if self.pools:
+            pair = [ctypes.c_ulonglong, ctypes.c_ulonglong]
+            lib.gmlake_pool_begin.argtypes = pair + [ctypes.c_int]
+            lib.gmlake_pool_begin.restype = ctypes.c_int
+            lib.gmlake_pool_alloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+            lib.gmlake_pool_alloc.restype = ctypes.c_int
+            lib.gmlake_pool_end.argtypes = [ctypes.c_int]
+            lib.gmlake_pool_end.restype = ctypes.c_int
+            lib.gmlake_pool_release.argtypes = pair
+            lib.gmlake_pool_release.restype = ctypes.c_double
+            lib.gmlake_pool_use_count.argtypes = pair
+            lib.gmlake_pool_use_count.restype = ctypes.c_int
         self.budgets = hasattr(lib, "gmlake_set_budget")  # a library from before the memory budget (a bundled baseline) has none
         if self.budgets:
             lib.gmlake_set_budget.argtypes = [ctypes.c_double, ctypes.c_int, ctypes.c_int]
@@ -118,6 +131,33 @@ class _Native:
 
     def empty_cache(self):
         self.lib.gmlake_empty_cache()
+
+    def pool_begin(self, pool, window=True):
+        """Private pool `pool` (a MempoolId_t pair): a window opens on it (window), or it is only
+        created / gets one use more. Its ordinal; raises GmlakeError."""
+        r = self.lib.gmlake_pool_begin(pool[0], pool[1], 1 if window else 0)
+        if r <= 0:
+            raise GmlakeError(self.error())
+        return r
+
+    def pool_alloc(self, size, ordinal, capturing, stream=0):
+        """(status, address) of an allocation to pool `ordinal`: -4 when it would need a driver call during capture."""
+        out = ctypes.c_void_p()
+        st = self.lib.gmlake_pool_alloc(size, ordinal, 1 if capturing else 0, stream, ctypes.byref(out))
+        return st, (out.value or 0)
+
+    def pool_end(self, ordinal):
+        self.lib.gmlake_pool_end(ordinal)
+
+    def pool_release(self, pool):
+        """One use of `pool` fewer: the bytes it gave back to the engine now."""
+        r = self.lib.gmlake_pool_release(pool[0], pool[1])
+        if r < 0:
+            raise GmlakeError(self.error())
+        return int(r)
+
+    def pool_use_count(self, pool):
+        return self.lib.gmlake_pool_use_count(pool[0], pool[1])
 
     def set_budget(self, value, fraction, device):
         """The memory budget (value bytes, or value x the device's memory): its bytes. Raises GmlakeError."""
@@ -293,6 +333,10 @@ def start(policy=None, *, driver=None, threading=None, policy_module=None, recor
         "checkInvariants": check_invariants,
         "frontCacheEntries": _front_cache_entries(front_cache_entries),
     }
+    # the least a CUDA-graph capture's private pool holds free when it begins (docs/design-private-pools.md)
+    reserve = _count(None, "pool_reserve_bytes", "GMLAKE_POOL_RESERVE_BYTES", " (bytes)")
+    if reserve:
+        config["poolReserveBytes"] = reserve
     max_entries = _record_max_entries(record_max_entries)
     if max_entries is not None:
         config["recordMaxEntries"] = max_entries
@@ -429,6 +473,9 @@ def enable(policy=None, *, driver=None, threading=None, policy_module=None, reco
     if hasattr(handle, "set_begin_allocate_to_pool") and hasattr(handle, "set_end_allocate_to_pool_fn"):
         handle.set_begin_allocate_to_pool(addr(native.lib.gmlake_begin_allocate_to_pool))
         handle.set_end_allocate_to_pool_fn(addr(native.lib.gmlake_end_allocate_to_pool))
+        # a graph's reset (its pool's last use gone) gives the pool's memory back to the engine
+        if hasattr(handle, "set_release_pool") and native.pools:
+            handle.set_release_pool(addr(native.lib.gmlake_release_pool))
         if os.environ.get("GMLAKE_CAPTURE_CHECK", "pool") != "always":
             native.lib.gmlake_set_capture_check(1)
     torch.cuda.memory.change_current_allocator(alloc)
