@@ -1329,6 +1329,9 @@ class CUDAAllocator : public DeviceAllocator {
   virtual void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id, std::function<bool(cudaStream_t)> filter) = 0;
   virtual void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id) = 0;
   virtual void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id) = 0;
+  virtual void createOrIncrefPool(c10::DeviceIndex, MempoolId_t, CUDAAllocator* allocator = nullptr) { TORCH_CHECK(false, "createOrIncrefPool"); }
+  virtual void setUseOnOOM(c10::DeviceIndex, MempoolId_t) { TORCH_CHECK(false, "setUseOnOOM"); }
+  virtual int getPoolUseCount(c10::DeviceIndex, MempoolId_t) { TORCH_CHECK(false, "getPoolUseCount"); return 0; }
   virtual ShareableHandle shareIpcHandle(void* ptr) = 0;
   virtual std::shared_ptr<void> getIpcDevPtr(std::string handle) = 0;
   virtual bool isHistoryEnabled() { return false; }
@@ -1404,12 +1407,22 @@ X char* gmlake_text(int op, const char*) {
 }
 X void gmlake_text_free(char* s) { std::free(s); }
 X const char* gmlake_last_error() { return err.c_str(); }
-X void gmlake_begin_allocate_to_pool(int, std::pair<unsigned long long, unsigned long long>, std::function<bool(CUstream_st*)>) { windows++; }
+long filter_answer = -1, pool_uses = 0;
+X void gmlake_begin_allocate_to_pool(int, std::pair<unsigned long long, unsigned long long> p, std::function<bool(CUstream_st*)> f) {
+  windows++;
+  pool_uses++;
+  filter_answer = f ? f(reinterpret_cast<CUstream_st*>(p.first)) : -1;  // the filter reached the engine
+}
 X void gmlake_end_allocate_to_pool(int, std::pair<unsigned long long, unsigned long long>) { windows--; }
+X void gmlake_release_pool(int, std::pair<unsigned long long, unsigned long long>) { pool_uses--; }
+X void gmlake_create_pool(int, std::pair<unsigned long long, unsigned long long>) { pool_uses++; }
+X int gmlake_pool_use_count(unsigned long long, unsigned long long) { return (int)pool_uses; }
 X void gmlake_set_memory_fraction(double f, int) { if (f <= 0) throw std::runtime_error("gmlake: bad fraction"); fraction = f; }
 long capture_mode = 0;
 X int gmlake_set_capture_check(int m) { long p = capture_mode; capture_mode = m; return (int)p; }
-X long fake_counts(int k) { return k == 0 ? bad_frees : k == 1 ? (long)live.size() : k == 2 ? empties : k == 3 ? records : k == 4 ? windows : capture_mode; }
+X long fake_counts(int k) {
+  return k == 0 ? bad_frees : k == 1 ? (long)live.size() : k == 2 ? empties : k == 3 ? records : k == 4 ? windows : k == 6 ? filter_answer : k == 7 ? pool_uses : capture_mode;
+}
 '''
 
 NATIVE_DRIVER = r'''// Drives the native CUDAAllocator (cuda_allocator.cc, built on stub torch headers) against the
@@ -1487,9 +1500,22 @@ int main(int argc, char** argv) {
   CHECK(bad, "a free of an unknown address");
   a->emptyCache({0, 0});
   CHECK(counts(2) == 1, "empty_cache");
-  a->beginAllocateToPool(0, {1, 0}, nullptr);
-  CHECK(counts(4) == 1, "pool window");
-  a->endAllocateToPool(0, {1, 0});
+  a->beginAllocateToPool(0, {0x42, 0}, [](cudaStream_t s) { return s == reinterpret_cast<cudaStream_t>(0x42); });
+  CHECK(counts(4) == 1 && counts(6) == 1, "pool window with its filter (%ld)", counts(6));
+  a->endAllocateToPool(0, {0x42, 0});
+  a->createOrIncrefPool(0, {0, 9}, nullptr);  // torch.cuda.MemPool()
+  CHECK(a->getPoolUseCount(0, {0, 9}) == 2, "pool uses %d", a->getPoolUseCount(0, {0, 9}));
+  a->releasePool(0, {0x42, 0});
+  a->releasePool(0, {0, 9});
+  CHECK(counts(7) == 0 && a->getPoolUseCount(0, {0, 9}) == 0, "releasePool reached the engine");
+  bool other = false;
+  try { a->createOrIncrefPool(0, {0, 10}, reinterpret_cast<A::CUDAAllocator*>(16)); } catch (const c10::Error& e) {
+    other = std::string(e.what()).find("MemPool(allocator=...) is not supported") != std::string::npos;
+  }
+  CHECK(other, "MemPool with another allocator refused");
+  bool trees = false;
+  try { a->getCheckpointState(0, {1, 0}); } catch (const c10::Error& e) { trees = std::string(e.what()).find("cudagraph_trees = False") != std::string::npos; }
+  CHECK(trees, "checkpoints refused with the way around");
   a->setMemoryFraction(0.5, 0);
   CHECK(a->getMemoryFraction(0) == 0.5, "fraction");
   size_t largest = 0;

@@ -64,6 +64,10 @@ struct Api {
   void (*begin_pool)(int, std::pair<unsigned long long, unsigned long long>, std::function<bool(CUstream_st*)>) = nullptr;
   void (*end_pool)(int, std::pair<unsigned long long, unsigned long long>) = nullptr;
   void (*set_memory_fraction)(double, int) = nullptr;  // the memory budget (optional: newer builds)
+  // private pools (optional: newer builds): a graph's reset, MemPool's creation, its uses
+  void (*release_pool)(int, std::pair<unsigned long long, unsigned long long>) = nullptr;
+  void (*create_pool)(int, std::pair<unsigned long long, unsigned long long>) = nullptr;
+  int (*pool_use_count)(unsigned long long, unsigned long long) = nullptr;
 };
 Api g_api;
 constexpr int kTextStats = 1;  // embed.h GmlakeTextOp
@@ -352,14 +356,31 @@ class StitchAllocator final : public CUDAAllocator {
   }
   bool isHistoryEnabled() { return false; }
 
-  // CUDA-graph capture: PyTorch opens a pool window around every capture it makes; inside one
-  // the engine asks the driver whether a stream captures (README "CUDA-graph capture").
-  void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id,
-                           std::function<bool(cudaStream_t)> /*filter*/) {
-    g_api.begin_pool(device, mempool_id, nullptr);
+  // Private pools (docs/design-private-pools.md): PyTorch opens a pool window before every
+  // capture it makes and for use_mem_pool; allocations on the streams the filter takes go to
+  // the pool (the engine's private-pools.ts), and the pool's last release gives its memory back.
+  void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id, std::function<bool(cudaStream_t)> filter) {
+    g_api.begin_pool(device, mempool_id, std::move(filter));  // throws when the engine refuses
   }
   void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id) { g_api.end_pool(device, mempool_id); }
-  void releasePool(c10::DeviceIndex /*device*/, MempoolId_t /*mempool_id*/) {}
+  void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id) {
+    if (g_api.release_pool != nullptr) g_api.release_pool(device, mempool_id);
+  }
+  // torch.cuda.MemPool(): a pool of the engine's; MemPool(allocator=...) would put another
+  // allocator under ours, which the engine cannot hand memory to
+  void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t mempool_id, CUDAAllocator* allocator) {
+    TORCH_CHECK(allocator == nullptr || allocator == this,
+                "gmlake: torch.cuda.MemPool(allocator=...) is not supported by the stitching allocator: its pools take "
+                "memory from the engine (use torch.cuda.MemPool() without an allocator)");
+    TORCH_CHECK(g_api.create_pool != nullptr, "gmlake: torch.cuda.MemPool needs a libgmlake_torch_alloc.so with private pools");
+    g_api.create_pool(device, mempool_id);
+  }
+  int getPoolUseCount(c10::DeviceIndex /*device*/, MempoolId_t mempool_id) {
+    return g_api.pool_use_count != nullptr ? g_api.pool_use_count(mempool_id.first, mempool_id.second) : 0;
+  }
+  void setUseOnOOM(c10::DeviceIndex /*device*/, MempoolId_t /*mempool_id*/) {
+    Refused<void>("torch.cuda.MemPool(use_on_oom=True)");
+  }
 
   ShareableHandle shareIpcHandle(void* /*ptr*/) { return Refused<ShareableHandle>("IPC handles"); }
   std::shared_ptr<void> getIpcDevPtr(std::string /*handle*/) { return Refused<std::shared_ptr<void>>("IPC handles"); }
@@ -383,13 +404,18 @@ class StitchAllocator final : public CUDAAllocator {
                           bool /*p2p_enabled*/) override {
     return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
   }
-  // CUDA-graph trees (torch.compile mode="reduce-overhead") check their pools' state here
+  // CUDA-graph trees (torch.compile mode="reduce-overhead") checkpoint a pool's state when
+  // they record a new graph off a path they replayed; a tree that records along its path
+  // needs none (docs/design-private-pools.md)
   std::shared_ptr<AllocatorState> getCheckpointState(c10::DeviceIndex /*device*/, MempoolId_t /*id*/) {
-    return Refused<std::shared_ptr<AllocatorState>>("CUDA-graph pool checkpoints");
+    return Refused<std::shared_ptr<AllocatorState>>(kCheckpoints);
   }
   CheckpointDelta setCheckpointPoolState(c10::DeviceIndex /*device*/, std::shared_ptr<AllocatorState> /*pps*/) {
-    return Refused<CheckpointDelta>("CUDA-graph pool checkpoints");
+    return Refused<CheckpointDelta>(kCheckpoints);
   }
+  static constexpr const char* kCheckpoints =
+      "CUDA-graph pool checkpoints (a cudagraph tree re-recording off a replayed path; "
+      "torch._inductor.config.triton.cudagraph_trees = False captures each graph without them)";
   std::string name() override { return "gmlake"; }
 
  private:
@@ -459,6 +485,9 @@ extern "C" __attribute__((visibility("default"))) int gmlake_native_install(cons
   Sym(lib, "gmlake_begin_allocate_to_pool", G::g_api.begin_pool, missing);
   Sym(lib, "gmlake_end_allocate_to_pool", G::g_api.end_pool, missing);
   G::g_api.set_memory_fraction = reinterpret_cast<void (*)(double, int)>(dlsym(lib, "gmlake_set_memory_fraction"));
+  G::g_api.release_pool = reinterpret_cast<decltype(G::g_api.release_pool)>(dlsym(lib, "gmlake_release_pool"));
+  G::g_api.create_pool = reinterpret_cast<decltype(G::g_api.create_pool)>(dlsym(lib, "gmlake_create_pool"));
+  G::g_api.pool_use_count = reinterpret_cast<decltype(G::g_api.pool_use_count)>(dlsym(lib, "gmlake_pool_use_count"));
   dlclose(lib);  // the reference NOLOAD took; ctypes keeps the library loaded
   if (!missing.empty()) return fail(std::string("gmlake: ") + lib_path + " lacks " + missing);
   G::g_allocator.device_ = device;
