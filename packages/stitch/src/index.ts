@@ -1,5 +1,6 @@
-export { Block, splitFront, splitBack, absorb } from "./core/block.js";
-export { BlockPool, releaseAvailableCachedBlocks } from "./core/block-pool.js";
+import "./register-builtins.js";
+export { Block, splitFront, splitBack, absorb, releaseAvailableCachedBlocks } from "./core/block.js";
+export { BlockPool } from "./core/block-pool.js";
 export { lowerBound, lowerBoundOf } from "./core/lower-bound.js";
 export { AllocatorContext } from "./core/context.js";
 export type { PolicyContext, PhysicalChunk, DeviceFacts } from "./core/policy-context.js";

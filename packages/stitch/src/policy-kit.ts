@@ -5,12 +5,13 @@
  * and builds on the shared mechanisms the built-in policies use: Block chains (split and
  * merge), BlockPool best fit, PyTorch's rounding and knobs.
  */
+import "./register-builtins.js";
 export type { PolicyContext, PhysicalChunk, DeviceFacts, MapAccess } from "./core/policy-context.js";
 export type { Policy, PolicyInstance, PolicyOptions } from "./core/policy.js";
 export { registerPolicy } from "./core/policy.js";
 export type { Knob, KnobSchema, KnobValue } from "./core/knobs.js";
-export { Block, splitFront, splitBack, absorb } from "./core/block.js";
-export { BlockPool, releaseAvailableCachedBlocks } from "./core/block-pool.js";
+export { Block, splitFront, splitBack, absorb, releaseAvailableCachedBlocks } from "./core/block.js";
+export { BlockPool } from "./core/block-pool.js";
 export { lowerBound, lowerBoundOf } from "./core/lower-bound.js";
 export { StitchError, isDriverOom } from "./core/errors.js";
 export * from "./core/rounding.js";

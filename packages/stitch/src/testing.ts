@@ -18,6 +18,7 @@
  * before every other malloc, which must then land where it said. No test framework needed: it
  * throws, or returns a report.
  */
+import "./register-builtins.js";
 import { createDriver, cudaAvailable, DRIVER_CALLS, mulberry32, SimDriver, withCapacity, type VmmDriver } from "@gmlake/vmm";
 import type { Block } from "./core/block.js";
 import { Allocator } from "./core/engine.js";

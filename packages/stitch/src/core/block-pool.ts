@@ -1,5 +1,56 @@
-import type { Block } from "./block.js";
-import { lowerBound } from "./lower-bound.js";
+// Block and BlockPool know each other (a block names its pool, a pool holds blocks): one file,
+// so that no two files import each other. block.ts re-exports Block beside split and merge.
+
+/**
+ * A contiguous virtual range an allocator hands out or keeps free: PyTorch's Block.
+ * Blocks of one segment form a doubly linked list by address (prev/next), which is what
+ * split and merge work on. Fields are plain and monomorphic for speed; `segment` and
+ * `data` belong to the policy that made the block.
+ */
+export class Block {
+  addr: number;
+  size: number;
+  /** Raw stream value (cudaStream_t; 0 = default stream). */
+  stream: number;
+  /** Bytes the program asked for (live blocks only). */
+  requested = 0;
+  /** From malloc until free_completed (pending frees stay allocated: they may not merge). */
+  allocated = false;
+  /** True while a free_requested waits for its free_completed. */
+  pendingFree = false;
+  /** False for the unmapped tail blocks of an expandable segment. */
+  mapped = true;
+  prev: Block | null = null;
+  next: Block | null = null;
+  /** The pool the block belongs to (it is *in* the pool's free set only while free). */
+  pool: BlockPool | null;
+  /** The policy's segment object (segment, expandable segment, pBlock ...). */
+  segment: unknown = null;
+  /** Per-allocation id (integrity stamps, exports); set by the engine at malloc. */
+  id = 0;
+  /** The engine's: this block's slot in its allocator's list of live blocks (-1 when not live). */
+  liveSlot = -1;
+  /** Offsets inside the block where physical chunks meet non-adjacently (stitched blocks), for integrity. */
+  seams: number[] | null = null;
+  /** Anything else the policy needs. */
+  data: unknown = null;
+
+  constructor(addr: number, size: number, stream: number, pool: BlockPool | null) {
+    this.addr = addr;
+    this.size = size;
+    this.stream = stream;
+    this.pool = pool;
+  }
+
+  get end(): number {
+    return this.addr + this.size;
+  }
+
+  /** A free block (merge candidate) of the same mapping state. */
+  static mergeable(b: Block | null, mapped: boolean): b is Block {
+    return b !== null && !b.allocated && b.mapped === mapped;
+  }
+}
 
 /**
  * Blocks per bucket before it splits in two (a bucket holds at most CAP). 8 rather than 16:
@@ -433,32 +484,4 @@ export class BlockPool {
     }
     return n === this._size ? null : `${this.name}: count ${this._size} != ${n}`;
   }
-}
-
-/**
- * PyTorch's release_available_cached_blocks (it runs only with max_split_size set): release
- * the stream's smallest whole free block of at least max(size, maxSplit) bytes; without one,
- * whole oversize blocks from the largest down until that many bytes are released. `free`:
- * the stream's free blocks in pool order (BlockPool.streamBlocks); `release` frees one (out
- * of its pool, back to the driver). Returns whether enough was released to retry.
- */
-export function releaseAvailableCachedBlocks(free: readonly Block[], size: number, maxSplit: number, release: (b: Block) => void): boolean {
-  if (maxSplit === Infinity) return false;
-  const key = size < maxSplit ? maxSplit : size;
-  const i = lowerBound(free.length, (j) => free[j]!.size < key);
-  if (i < free.length) {
-    const b = free[i]!;
-    if (b.prev !== null || b.next !== null) return false;
-    release(b);
-    return true;
-  }
-  let released = 0;
-  for (let j = free.length - 1; j >= 0 && released < key && free[j]!.size >= maxSplit; j--) {
-    const b = free[j]!;
-    if (b.prev === null && b.next === null) {
-      released += b.size;
-      release(b);
-    }
-  }
-  return released >= key;
 }

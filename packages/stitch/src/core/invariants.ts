@@ -1,6 +1,16 @@
 import type { Block } from "./block.js";
-import type { Allocator } from "./engine.js";
+import type { AllocatorContext } from "./context.js";
 import { StitchError } from "./errors.js";
+import type { Policy, PolicyInstance } from "./policy.js";
+import type { AllocatorStats } from "./stats.js";
+
+/** What the checker reads of its allocator (engine.ts's Allocator, which makes the checker: named here, not imported). */
+interface Checked {
+  readonly policy: Policy;
+  readonly instance: PolicyInstance;
+  readonly ctx: AllocatorContext;
+  readonly stats: AllocatorStats;
+}
 
 function fail(msg: string): never {
   throw new StitchError("INVARIANT", msg);
@@ -17,13 +27,13 @@ const hex = (a: number) => "0x" + a.toString(16);
  * - the policy's own check() (pool order, block chains ...).
  */
 export class InvariantChecker {
-  private readonly a: Allocator;
+  private readonly a: Checked;
   private readonly period: number;
   private ops = 0;
   /** Live blocks sorted by address. */
   private readonly live: Block[] = [];
 
-  constructor(a: Allocator, period: number) {
+  constructor(a: Checked, period: number) {
     this.a = a;
     this.period = period;
   }

@@ -2,7 +2,6 @@ import type { Block } from "./block.js";
 import type { PolicyContext } from "./policy-context.js";
 import { StitchError } from "./errors.js";
 import { checkKnob, checkKnobDeclaration, knobDefaults, type Knob, type KnobSchema } from "./knobs.js";
-import { BUILTIN_POLICIES } from "../policies/builtin.js";
 
 /** A policy's knob values: plain JSON-like values (numbers, booleans, strings, arrays of numbers, null). */
 export type PolicyOptions = Record<string, unknown>;
@@ -83,11 +82,25 @@ interface SharedRegistry {
   readonly policies: Map<string, Policy>;
 }
 
+/** This copy's built-in policies, handed over by the package's entry points (register-builtins.ts): the registry imports no policy. */
+let builtins: readonly Policy[] = [];
+
+/**
+ * @internal The package entry's call: `list` are this copy's built-in policies. A registry
+ * this copy's version already made gets those it lacks; otherwise the first use makes it
+ * with them (lazily, so that a copy of another version fails at its first use, not at import).
+ */
+export function installBuiltinPolicies(list: readonly Policy[]): void {
+  builtins = list;
+  const r = (globalThis as { [REGISTRY_KEY]?: SharedRegistry })[REGISTRY_KEY];
+  if (r?.version === POLICY_REGISTRY_VERSION) for (const p of list) if (!r.policies.has(p.name)) r.policies.set(p.name, p);
+}
+
 function theRegistry(): Map<string, Policy> {
   const g = globalThis as { [REGISTRY_KEY]?: SharedRegistry };
   let r = g[REGISTRY_KEY];
   if (r === undefined) {
-    r = { version: POLICY_REGISTRY_VERSION, policies: new Map(BUILTIN_POLICIES.map((p) => [p.name, p])) };
+    r = { version: POLICY_REGISTRY_VERSION, policies: new Map(builtins.map((p) => [p.name, p])) };
     Object.defineProperty(globalThis, REGISTRY_KEY, { value: r, enumerable: false });
   } else if (r.version !== POLICY_REGISTRY_VERSION) {
     throw new StitchError(
@@ -100,7 +113,7 @@ function theRegistry(): Map<string, Policy> {
 
 /** The built-in policy of that name, if there is one. */
 function builtinNamed(name: string): Policy | undefined {
-  return BUILTIN_POLICIES.find((p) => p.name === name);
+  return builtins.find((p) => p.name === name);
 }
 
 /** One of this package's own policies (its object, not a copy or look-alike): the engine trusts these, the builtin baseline proves them. */

@@ -1,5 +1,5 @@
-import { absorb, Block, splitFront } from "../core/block.js";
-import { BlockPool, releaseAvailableCachedBlocks } from "../core/block-pool.js";
+import { absorb, Block, releaseAvailableCachedBlocks, splitFront } from "../core/block.js";
+import { BlockPool } from "../core/block-pool.js";
 import type { PolicyContext } from "../core/policy-context.js";
 import type { Policy, PolicyInstance } from "../core/policy.js";
 import { PYTORCH_KNOBS, pytorchKnobs } from "../core/pytorch-knobs.js";

@@ -1,6 +1,6 @@
 import { EventKind } from "@gmlake/trace";
-import { absorb, Block, splitFront } from "../core/block.js";
-import { BlockPool, releaseAvailableCachedBlocks } from "../core/block-pool.js";
+import { absorb, Block, releaseAvailableCachedBlocks, splitFront } from "../core/block.js";
+import { BlockPool } from "../core/block-pool.js";
 import type { MapAccess, PhysicalChunk as Chunk, PolicyContext } from "../core/policy-context.js";
 import { isDriverOom, StitchError } from "../core/errors.js";
 import type { Policy, PolicyInstance } from "../core/policy.js";
