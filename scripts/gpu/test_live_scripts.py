@@ -1683,5 +1683,268 @@ class NativeAllocCheck(unittest.TestCase):
             self.assertIn("error: nope", p.stderr)
 
 
+
+# graphs-check.sh's PYTHON: the builds succeed (or FAKE_BUILD_FAIL), each run prints the RESULT a
+# case would: the same losses and tokens under every allocator but FAKE_DIFF's, a peak set by
+# the allocator, FAKE_HANG's run never answers; the summary is graphs_check.py's own (python3).
+FAKE_GRAPHS_PYTHON = r"""#!/usr/bin/env bash
+if [ "$1" = -m ] && [ "$2" = gmlake_torch ]; then
+  if [ -n "${FAKE_BUILD_FAIL:-}" ] && [ "$3" = build-cuda-allocator ]; then echo "gmlake: building the native CUDAAllocator failed: x: error: nope" >&2; exit 2; fi
+  echo "built $3"; exit 0
+fi
+if [ "$1" = scripts/gpu/graphs_check.py ] && [ "$2" != summary ]; then
+  exec python3 - "$@" <<'PY'
+import json, os, sys, time
+case, alloc, steps = sys.argv[2], sys.argv[3], int(sys.argv[5])
+if alloc == os.environ.get("FAKE_HANG"):
+    time.sleep(60)
+peak = {"pytorch": 4, "pytorch-expandable": 3.5}.get(alloc, 3) * 2 ** 30
+bump = 0.5 if alloc == os.environ.get("FAKE_DIFF") else 0.0
+r = {"case": case, "allocator": alloc, "ok": True, "peak_reserved_bytes": int(peak), "steps": steps}
+if case == "generate":
+    r["tokens"] = [[[1, 2, 4 if bump else 3]]]
+else:
+    r["losses"] = [2.0 - 0.1 * i + bump for i in range(steps)]
+    r["mempool"] = "ok" if "@native" in alloc or not alloc.startswith("ours") else "RuntimeError: createOrIncrefPool"
+print("RESULT " + json.dumps(r))
+PY
+fi
+exec python3 "$@"
+"""
+
+
+class GraphsCheck(unittest.TestCase):
+    SH = os.path.join(HERE, "graphs-check.sh")
+
+    def run_check(self, d, timeout=120, **env):
+        py = fake_python(d, FAKE_GRAPHS_PYTHON)
+        e = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), CASES="manual generate", STEPS="3",
+                 ALLOCATORS="pytorch pytorch-expandable ours:vms@native ours:caching@pluggable")
+        e.update(env)
+        return subprocess.run(["bash", self.SH], capture_output=True, text=True, env=e, cwd=ROOT, timeout=timeout)
+
+    def read(self, d):
+        with open(os.path.join(d, "out", "graphs-check.md")) as f:
+            md = f.read()
+        with open(os.path.join(d, "out", "graphs-check.jsonl")) as f:
+            return md, [json.loads(l) for l in f]
+
+    @unittest.skipUnless(os.path.exists(os.path.join(ROOT, "packages/torch-alloc/build/lib/libgmlake_torch_alloc.so")), "build first")
+    def test_every_case_under_every_allocator_beside_pytorch(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = self.run_check(d)
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+            md, rows = self.read(d)
+            self.assertEqual([(r["case"], r["allocator"]) for r in rows],
+                             [(c, a) for c in ("manual", "generate") for a in ("pytorch", "pytorch-expandable", "ours:vms@native", "ours:caching@pluggable")])
+            self.assertEqual({r["steps"] for r in rows}, {3})
+            self.assertIn("| manual | ours:vms@native | yes | max rel diff 0.0e+00 | 3.000 | -25.0% | -14.3% |  |", md)
+            self.assertIn("| generate | ours:caching@pluggable | yes | tokens equal | 3.000 | -25.0% | -14.3% |  |", md)
+            # where the interface cannot (MemPool behind the plug), the row says the error
+            self.assertIn("| manual | ours:caching@pluggable | yes | max rel diff 0.0e+00 | 3.000 | -25.0% | -14.3% | MemPool: RuntimeError: createOrIncrefPool |", md)
+            self.assertIn("every run of ours: ok, results equal to PyTorch default's", md)
+
+    @unittest.skipUnless(os.path.exists(os.path.join(ROOT, "packages/torch-alloc/build/lib/libgmlake_torch_alloc.so")), "build first")
+    def test_a_different_result_or_a_hung_run_fails(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = self.run_check(d, FAKE_DIFF="ours:caching@pluggable", FAKE_HANG="ours:vms@native", TIMEOUT_S="2")
+            self.assertEqual(p.returncode, 1, p.stdout[-2000:] + p.stderr[-2000:])
+            md, rows = self.read(d)
+            self.assertIn("| manual | ours:caching@pluggable | yes | max rel diff 2.8e-01 |", md)
+            self.assertIn("| generate | ours:caching@pluggable | yes | tokens differ |", md)
+            self.assertIn("| manual | ours:vms@native | NO | - | - | - | - | no result (exit 124)", md)
+            self.assertIn("failed or different from PyTorch default: manual ours:vms@native, manual ours:caching@pluggable, "
+                          "generate ours:vms@native, generate ours:caching@pluggable", md)
+
+    def test_bad_input_one_line_exit_2(self):
+        with tempfile.TemporaryDirectory() as d:
+            for env, says in (({"CASES": "manual bogus"}, "unknown case 'bogus'"), ({"STEPS": "0"}, "STEPS must be a positive whole number"),
+                              ({"ALLOCATORS": "pytorch ours"}, "unknown allocator 'ours'"), ({"TIMEOUT_S": "soon"}, "TIMEOUT_S must be")):
+                p = self.run_check(d, **env)
+                self.assertEqual(p.returncode, 2, (env, p.stderr))
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn(says, p.stderr)
+            if os.path.exists(os.path.join(ROOT, "packages/torch-alloc/build/lib/libgmlake_torch_alloc.so")):
+                p = self.run_check(d, FAKE_BUILD_FAIL="1")
+                self.assertEqual(p.returncode, 2)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn("error: nope", p.stderr)
+            bad = os.path.join(d, "bad.jsonl")
+            with open(bad, "w") as f:
+                f.write("{\n")
+            for argv, says in (([bad, os.path.join(d, "t.md")], "bad.jsonl:1: not a JSON line"), ([bad, bad], "would replace the results"),
+                               ([os.path.join(d, "none.jsonl"), os.path.join(d, "t.md")], "cannot read")):
+                p = subprocess.run([sys.executable, os.path.join(HERE, "graphs_check.py"), "summary", *argv], capture_output=True, text=True)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn(says, p.stderr)
+            p = subprocess.run([sys.executable, os.path.join(HERE, "graphs_check.py"), "manual", "pytorch", "--steps", "x"], capture_output=True, text=True)
+            self.assertEqual((p.returncode, p.stderr.strip()), (2, "graphs_check: --steps takes a whole number >= 1"))
+
+# ---- multi-gpu.sh / multi_gpu.py (issue 30): the orchestration on a stand-in python -------------
+# The stand-in makes the venv (a copy of itself), logs pip, answers the site questions (as a python
+# that is a venv itself), runs torchrun's ranks as FAKE_TORCHRUN (which writes each rank's result
+# as multi_gpu.py rank would, from the environment it got) and everything else on python3 (the
+# integrity checks: live_checks.py over the stand-in torch). What it cannot show: the ranks' own
+# torch code (FSDP2, DDP, NCCL), which the GPU host runs.
+FAKE_MG_PYTHON = r'''#!/bin/bash
+if [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "${@: -1}/bin" && cp "$0" "${@: -1}/bin/python"; exit 0; fi
+if [ "$1" = -m ] && [ "$2" = pip ]; then echo "pip ${*: -1}" >> "$FAKE_LOG"; exit 0; fi
+if [ "$1" = -m ] && [ "$2" = torch.distributed.run ]; then shift 2; exec python3 "$FAKE_TORCHRUN" "$@"; fi
+if [ "$1" = -c ] && [[ $2 == *base_prefix* ]]; then printf 'True\n/outer/site-packages\n'; exit 0; fi
+if [ "$1" = -c ] && [[ $2 == *sysconfig* ]]; then echo "$FAKE_PURELIB"; exit 0; fi
+exec python3 "$@"
+'''
+
+FAKE_TORCHRUN = r'''
+import json, os, subprocess, sys
+args = sys.argv[1:]
+n = int(args[args.index("--nproc-per-node") + 1])
+script, _, workload = args[args.index("--nproc-per-node") + 2:args.index("--nproc-per-node") + 5]
+d = args[args.index("--result-dir") + 1]
+steps = int(args[args.index("--steps") + 1])
+keys = ("GMLAKE_POLICY", "GMLAKE_KNOBS", "PYTORCH_CUDA_ALLOC_CONF", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+        "NVSHMEM_DISABLE_NVLS", "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK")
+env = {k: os.environ.get(k) for k in keys}
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps({"torchrun": workload, "nproc": n, "script": os.path.basename(script), "env": env}) + "\n")
+hook = env["TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK"] == "1"
+if env["GMLAKE_POLICY"] and not hook and os.environ.get("FAKE_HOOK_OFF") != "1":
+    alloc, base, peak = "gmlake:" + env["GMLAKE_POLICY"], 0.305, 36.0
+elif env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True":
+    alloc, base, peak = "pytorch-expandable", 0.310, 40.0
+else:
+    alloc, base, peak = "pytorch", 0.300, 45.0
+if env["GMLAKE_POLICY"] and hook and os.environ.get("FAKE_NO_DECLINE") != "1":
+    print("gmlake: GMLAKE_POLICY=vms not enabled: TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK is set: ours does not register ...; PyTorch's allocator stays")
+count = os.path.join(os.path.dirname(os.environ["FAKE_LOG"]), "count-" + alloc)
+k = int(open(count).read()) if os.path.exists(count) else 0
+open(count, "w").write(str(k + 1))
+fail = os.environ.get("FAKE_FAIL", "") == f"{workload}:{alloc}"
+GiB = 2 ** 30
+for r in range(n):
+    if fail and r == 1:
+        continue
+    res = {"rank": r, "local_rank": r, "world": n, "workload": workload, "allocator": alloc, "used_before_bytes": GiB // 2,
+           "nccl_own_bytes": (300 + r) << 20, "first_all_reduce_ok": True, "ok": True}
+    if workload.startswith("nccl"):
+        res["checks"] = {"mismatches": 0, "cases": ["x"]}
+        res["mem_pool"] = {"ok": False, "what": "RuntimeError: stand-in"}
+    else:
+        res.update(step_s=[1.0] + [base + 0.002 * ((k + i + r) % 3) for i in range(steps - 1)],
+                   losses=[10.0 - 0.1 * i + 0.01 * r + (1e-4 if alloc.startswith("gmlake") else 0) for i in range(steps)],
+                   peak_reserved_bytes=int((peak - 0.25 * r) * GiB), device_used_peak_bytes=int((peak + 1 - 0.25 * r) * GiB),
+                   peak_allocated_bytes=20 * GiB)
+    with open(os.path.join(d, f"rank{r}.json"), "w") as f:
+        json.dump(res, f)
+sys.exit(1 if fail else 0)
+'''
+
+
+class MultiGpu(unittest.TestCase):
+    def run_sh(self, **knobs):
+        with tempfile.TemporaryDirectory() as d:
+            for sub in ("torch", os.path.join("ours", "gmlake_torch"), "purelib"):
+                os.makedirs(os.path.join(d, sub))
+            with open(os.path.join(d, "torch", "__init__.py"), "w") as f:
+                f.write(FAKE_TORCH)
+            with open(os.path.join(d, "ours", "gmlake_torch", "__init__.py"), "w") as f:
+                f.write(FAKE_OURS)
+            with open(os.path.join(d, "torchrun.py"), "w") as f:
+                f.write(FAKE_TORCHRUN)
+            wheel = os.path.join(d, "gmlake_torch-0.1.0-py3-none-any.whl")
+            open(wheel, "w").close()
+            py = fake_python(d, FAKE_MG_PYTHON)
+            env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), FAKE_LOG=os.path.join(d, "log"), FAKE_TORCHRUN=os.path.join(d, "torchrun.py"),
+                       FAKE_PURELIB=os.path.join(d, "purelib"), PYTHONPATH=os.pathsep.join([d, os.path.join(d, "ours")]), WHEEL=wheel,
+                       NPROC="2", ROUNDS="2", STEPS="5", WARMUP="1", INTEGRITY_SECONDS="0.3")
+            env.update(knobs)
+            p = subprocess.run(["bash", os.path.join(HERE, "multi-gpu.sh")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=180)
+            out = {"p": p, "doc": None, "md": None, "log": [], "pth": None}
+            if os.path.exists(os.path.join(d, "out", "multi-gpu.json")):
+                with open(os.path.join(d, "out", "multi-gpu.json")) as f:
+                    out["doc"] = json.load(f)
+                with open(os.path.join(d, "out", "multi-gpu.md")) as f:
+                    out["md"] = f.read()
+            if os.path.exists(env["FAKE_LOG"]):
+                with open(env["FAKE_LOG"]) as f:
+                    out["log"] = [json.loads(l) if l.startswith("{") else l.strip() for l in f]
+            if os.path.exists(os.path.join(d, "purelib", "_gmlake_outer_venv.pth")):
+                with open(os.path.join(d, "purelib", "_gmlake_outer_venv.pth")) as f:
+                    out["pth"] = f.read()
+            return out
+
+    def test_one_command_every_phase_on_every_rank(self):
+        r = self.run_sh()
+        p, doc, md = r["p"], r["doc"], r["md"]
+        self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-2000:])
+        # the wheel, installed into a venv that also sees the outer venv's site-packages
+        self.assertEqual([l for l in r["log"] if isinstance(l, str)], ["pip " + os.path.join(os.path.dirname(doc["settings"]["out"]), "gmlake_torch-0.1.0-py3-none-any.whl")])
+        self.assertEqual(r["pth"], "/outer/site-packages\n")
+        # integrity on both GPUs, ours, through the stand-in torch
+        self.assertEqual([(x["gpu"], x["policy"], x["ok"], x["mismatches"]) for x in doc["integrity"]], [(0, "vms", True, 0), (1, "vms", True, 0)])
+        runs = [l for l in r["log"] if isinstance(l, dict)]
+        self.assertTrue(all(l["nproc"] == 2 and l["script"] == "multi_gpu.py" for l in runs))
+        self.assertTrue(all(l["env"]["NCCL_NVLS_ENABLE"] == "0" and l["env"]["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+                            and l["env"]["NVSHMEM_DISABLE_NVLS"] == "1" for l in runs))
+        # nccl per allocator, then ours with the registration hook: declined in one line, the ranks on PyTorch's
+        self.assertEqual([l["torchrun"] for l in runs[:4]], ["nccl", "nccl", "nccl", "nccl_register"])
+        self.assertEqual(runs[3]["env"]["TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK"], "1")
+        self.assertEqual([(x["tag"], x["ok"]) for x in doc["nccl"]], [("nccl-pytorch", True), ("nccl-pytorch-expandable", True), ("nccl-ours_vms", True),
+                                                                       ("nccl-register-ours_vms", True)])
+        self.assertIn("TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK is set", doc["nccl"][3]["declined"])
+        # training: rounds rotated, ours by GMLAKE_POLICY alone, expandable by its setting
+        train = [(l["torchrun"], l["env"]["GMLAKE_POLICY"], l["env"]["PYTORCH_CUDA_ALLOC_CONF"]) for l in runs[4:]]
+        P, E, O = (None, None), (None, "expandable_segments:True"), ("vms", None)
+        self.assertEqual(train, [(w, *a) for w in ("llama1b_fsdp", "gpt2_ddp") for a in (P, E, O, E, O, P)])
+        self.assertEqual(len(doc["runs"]), 12)
+        self.assertTrue(all(x["ok"] for x in doc["runs"]))
+        rows = {(x["workload"], x["allocator"]): x for x in doc["summary"]}
+        vms = rows[("llama1b_fsdp", "ours:vms")]
+        self.assertEqual(vms["runs"], 2)
+        self.assertEqual([round(b / 2 ** 30, 2) for b in vms["peak_reserved_bytes"]], [36.0, 35.75])
+        self.assertTrue(vms["below_expandable_every_rank"])
+        self.assertNotIn("below_expandable_every_rank", rows[("gpt2_ddp", "ours:vms")])  # DDP: not an FSDP row
+        # the slowest rank's step, mean after warm-up, over rounds; ratio to pytorch's of the same rounds
+        def slowest_mean(base, k):
+            return sum(max(base + 0.002 * ((k + i + rk) % 3) for rk in range(2)) for i in range(4)) / 4
+        want = [slowest_mean(0.305, k) for k in (0, 1)]
+        self.assertAlmostEqual(vms["mean_step_s"], sum(want) / 2)
+        ref = [slowest_mean(0.300, k) for k in (0, 1)]
+        self.assertAlmostEqual(vms["vs_pytorch"]["ratio"], sum(want) / sum(ref))
+        self.assertAlmostEqual(vms["loss_diff_vs_pytorch"], 1e-4)
+        self.assertIn("| llama1b_fsdp | ours:vms (below expandable on every rank) | 2 | 36.00 / 35.75 |", md)
+        self.assertIn("## Integrity", md)
+        self.assertIn("| nccl-register-ours_vms | pytorch | 0 | 300 / 301 |", md)
+
+    def test_failures_are_said_and_exit_1(self):
+        r = self.run_sh(FAKE_FAIL="gpt2_ddp:gmlake:vms", FAKE_NO_DECLINE="1", FAKE_CORRUPT="50", ROUNDS="1", WORKLOADS="gpt2_ddp")
+        p, doc, md = r["p"], r["doc"], r["md"]
+        self.assertEqual(p.returncode, 1, p.stderr[-2000:])
+        self.assertFalse(any(x["ok"] for x in doc["integrity"]))
+        self.assertTrue(all(x["mismatches"] > 0 for x in doc["integrity"]))
+        reg = doc["nccl"][-1]
+        self.assertEqual((reg["ok"], reg["declined"]), (False, None))
+        self.assertIn("no line from ours declining the hook", reg["error"])
+        bad = [x for x in doc["runs"] if not x["ok"]]
+        self.assertEqual([x["tag"] for x in bad], ["gpt2_ddp-ours_vms-r1"])
+        self.assertIn("torchrun exited 1; no result from rank(s) 1", bad[0]["error"])
+        self.assertIn("- gpt2_ddp-ours_vms-r1: torchrun exited 1", md)
+        # ours asked but a rank ran on PyTorch's: a failed run, named
+        r = self.run_sh(FAKE_HOOK_OFF="1", ROUNDS="1", WORKLOADS="gpt2_ddp", ALLOCATORS="pytorch,ours:vms")
+        self.assertEqual(r["p"].returncode, 1)
+        self.assertIn("rank 0 ran on pytorch", [x for x in r["doc"]["runs"] if x["allocator"] == "ours:vms"][0]["error"])
+
+    def test_bad_input_one_line_exit_2(self):
+        for knobs, want in (({"NPROC": "0"}, "NPROC must be a positive number"), ({"WHEEL": "/nonexistent.whl"}, "no wheel at"),
+                            ({"ALLOCATORS": "pytorch,bogus"}, "unknown allocator 'bogus'"), ({"WORKLOADS": "nope"}, "unknown workload 'nope'"),
+                            ({"STEPS": "1"}, "--steps more than --warmup"), ({"TOTAL": "soon"}, "TOTAL must be")):
+            r = self.run_sh(**knobs)
+            self.assertEqual(r["p"].returncode, 2, (knobs, r["p"].stderr))
+            self.assertEqual(len(r["p"].stderr.strip().splitlines()), 1, r["p"].stderr)
+            self.assertIn(want, r["p"].stderr)
+            self.assertEqual(r["log"], [], "nothing ran")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
