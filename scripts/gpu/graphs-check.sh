@@ -41,13 +41,8 @@ mkdir -p "$OUT"
 log=$OUT/graphs-check.log
 res=$OUT/graphs-check.jsonl
 : >"$res"
-export GMLAKE_TORCH_PY="$root/packages/torch-alloc/python"
-export PYTHONPATH="$GMLAKE_TORCH_PY:$root/scripts/gpu${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-if [ ! -f packages/torch-alloc/build/lib/libgmlake_torch_alloc.so ]; then
-  [ -f .gpu/live.tar.xz ] || { echo "graphs-check: .gpu/live.tar.xz missing: run scripts/gpu/bundle.sh --live here and carry .gpu" >&2; exit 2; }
-  tar -xJf .gpu/live.tar.xz -C "$root" || { echo "graphs-check: unpacking .gpu/live.tar.xz failed" >&2; exit 2; }
-fi
+. "$root/scripts/gpu/live-env.sh"
+live_env graphs-check
 # the class (ours@native) and the OOM shim (the plug's OOM type); a failed build is one line
 for b in build-cuda-allocator build-oom-shim; do
   if ! "$python" -m gmlake_torch "$b" >>"$log" 2>&1; then
