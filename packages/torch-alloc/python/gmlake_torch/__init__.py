@@ -11,7 +11,8 @@ which libgmlake_torch_alloc.so embeds (Debian's libnode, Node 18.20). Settings c
 the call, else from the environment: GMLAKE_POLICY, GMLAKE_KNOBS ("k=v,k=v" or JSON),
 GMLAKE_DRIVER (cuda | host | sim), GMLAKE_THREADING (auto | locker | thread),
 GMLAKE_POLICY_MODULE, GMLAKE_RECORD (1: keep the history for snapshot()),
-GMLAKE_RECORD_MAX_ENTRIES (the history's bound), GMLAKE_CAPTURE_CHECK (always: ask the
+GMLAKE_RECORD_MAX_ENTRIES (the history's bound), GMLAKE_POOL_RESERVE_BYTES (the least a CUDA-graph
+capture's private pool holds free when it begins), GMLAKE_CAPTURE_CHECK (always: ask the
 driver about CUDA-graph capture on every call), GMLAKE_TIME_CALLS (1: stats() says the
 time spent inside alloc and free, and its parts; total: the whole calls only, two clock reads
 a call), GMLAKE_FRONT_CACHE_ENTRIES (the front cache's size in blocks; 0, the default: off),
