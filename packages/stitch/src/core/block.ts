@@ -50,6 +50,26 @@ export function absorb(b: Block, n: Block): void {
 }
 
 /**
+ * The merge rule, once for every policy: free block b absorbs each free neighbour of its own
+ * mapping state, the one before it first, then the one after (b keeps its object, as
+ * PyTorch's free_block keeps the freed block). `takeOut(n, b)` runs before b's bounds
+ * change: it takes n out of its pool, or wherever the policy keeps it. Returns b.
+ */
+export function mergeFree(b: Block, takeOut: (n: Block, into: Block) => void): Block {
+  const prev = b.prev;
+  if (Block.mergeable(prev, b.mapped)) {
+    takeOut(prev, b);
+    absorb(b, prev);
+  }
+  const next = b.next;
+  if (Block.mergeable(next, b.mapped)) {
+    takeOut(next, b);
+    absorb(b, next);
+  }
+  return b;
+}
+
+/**
  * PyTorch's release_available_cached_blocks (it runs only with max_split_size set): release
  * the stream's smallest whole free block of at least max(size, maxSplit) bytes; without one,
  * whole oversize blocks from the largest down until that many bytes are released. `free`:

@@ -1,9 +1,12 @@
-import { absorb, Block, releaseAvailableCachedBlocks, splitFront } from "../core/block.js";
+import { Block, mergeFree, releaseAvailableCachedBlocks, splitFront } from "../core/block.js";
 import { BlockPool } from "../core/block-pool.js";
 import type { PolicyContext } from "../core/policy-context.js";
 import type { Policy, PolicyInstance } from "../core/policy.js";
 import { PYTORCH_KNOBS, pytorchKnobs } from "../core/pytorch-knobs.js";
 import { allocationSize, kMinBlockSize, kSmallSize, roundSize } from "../core/rounding.js";
+
+/** A merged neighbour leaves its pool (a segment's blocks share one pool). */
+const leavePool = (n: Block): void => void n.pool!.delete(n);
 
 export interface CachingOptions extends Record<string, unknown> {
   /** Bytes; null = from the trace's allocator settings (-1 / unset = unlimited). */
@@ -93,18 +96,8 @@ export class CachingAllocator implements PolicyInstance {
   }
 
   free(b: Block): void {
-    const pool = b.pool!;
-    const prev = b.prev;
-    if (Block.mergeable(prev, true)) {
-      pool.delete(prev);
-      absorb(b, prev);
-    }
-    const next = b.next;
-    if (Block.mergeable(next, true)) {
-      pool.delete(next);
-      absorb(b, next);
-    }
-    pool.insert(b);
+    mergeFree(b, leavePool);
+    b.pool!.insert(b);
   }
 
   private releaseBlock(b: Block): void {

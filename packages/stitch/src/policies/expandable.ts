@@ -1,4 +1,4 @@
-import { absorb, Block, splitBack, splitFront } from "../core/block.js";
+import { Block, mergeFree, splitBack, splitFront } from "../core/block.js";
 import { BlockPool } from "../core/block-pool.js";
 import type { PhysicalChunk as Chunk, PolicyContext } from "../core/policy-context.js";
 import { isDriverOom, StitchError } from "../core/errors.js";
@@ -226,26 +226,22 @@ export class ExpandableAllocator implements PolicyInstance {
     pool.removeUnmapped(b);
     if (mapped < b.size) pool.addUnmapped(splitBack(b, b.addr + mapped)); // the rest stays unmapped
     b.mapped = true;
-    this.tryMerge(pool, b, b.prev);
-    this.tryMerge(pool, b, b.next);
+    mergeFree(b, this.takeOut);
     pool.blocks.insert(b);
     this.ctx.segmentMapped(at, mapped, seg.stream);
     return true;
   }
 
-  /** try_merge_blocks(dst, src): src must be free and of the same mapping state. */
-  private tryMerge(pool: Pool, dst: Block, src: Block | null): void {
-    if (!Block.mergeable(src, dst.mapped)) return;
-    // out of its pool (keyed on the old bounds) before dst's bounds change
-    if (src.mapped) pool.blocks.delete(src);
-    else pool.removeUnmapped(src);
-    absorb(dst, src);
-  }
+  /** try_merge_blocks' src leaves its pool (keyed on the old bounds) before dst's bounds change; a segment's blocks share one pool. */
+  private readonly takeOut = (n: Block): void => {
+    const pool = n.pool === this.small.blocks ? this.small : this.large;
+    if (n.mapped) pool.blocks.delete(n);
+    else pool.removeUnmapped(n);
+  };
 
   free(b: Block): void {
     const pool = b.pool === this.small.blocks ? this.small : this.large;
-    this.tryMerge(pool, b, b.prev);
-    this.tryMerge(pool, b, b.next);
+    mergeFree(b, this.takeOut);
     pool.blocks.insert(b);
   }
 
@@ -270,8 +266,7 @@ export class ExpandableAllocator implements PolicyInstance {
     if (uAddr > b.addr) pool.blocks.insert(splitFront(b, uAddr - b.addr));
     if (b.addr + b.size > uAddr + uSize) pool.blocks.insert(splitBack(b, uAddr + uSize));
     b.mapped = false;
-    this.tryMerge(pool, b, b.prev);
-    this.tryMerge(pool, b, b.next);
+    mergeFree(b, this.takeOut);
     pool.addUnmapped(b);
     this.ctx.segmentUnmapped(uAddr, uSize, seg.stream);
   }

@@ -1,5 +1,5 @@
 import { EventKind } from "@gmlake/trace";
-import { absorb, Block, releaseAvailableCachedBlocks, splitFront } from "../core/block.js";
+import { Block, mergeFree, releaseAvailableCachedBlocks, splitFront } from "../core/block.js";
 import { BlockPool } from "../core/block-pool.js";
 import type { MapAccess, PhysicalChunk as Chunk, PolicyContext } from "../core/policy-context.js";
 import { isDriverOom, StitchError } from "../core/errors.js";
@@ -492,28 +492,28 @@ export class GmlakeAllocator implements PolicyInstance {
   /** free_block: merge a free pBlock (not in the pool) with free neighbours and pool it. */
   private mergeFree(p: Block): void {
     const seg = p.segment as PSegment;
-    const invC = this.invC;
+    const start = p.addr;
     p.allocated = false;
     p.data = null;
-    // p takes the pool slot of a merged neighbour (BlockPool.replace): often one search, not a delete and an insert.
-    let slot: Block | null = null;
-    const prev = p.prev;
-    if (Block.mergeable(prev, true)) {
-      slot = prev;
-      seg.starts[(p.addr - seg.base) * invC] = null;
-      absorb(p, prev);
-      seg.starts[(p.addr - seg.base) * invC] = p;
-    }
-    const next = p.next;
-    if (Block.mergeable(next, true)) {
-      if (slot === null) slot = next;
-      else this.large.delete(next);
-      seg.starts[(next.addr - seg.base) * invC] = null;
-      absorb(p, next);
-    }
+    this.slot = null;
+    mergeFree(p, this.takeOut);
+    if (p.addr !== start) seg.starts[(p.addr - seg.base) * this.invC] = p; // it absorbed the pBlock before it
     // a neighbour may be free but out of the pool (a failed stitch's other pBlocks): then insert, as a delete would have been a no-op
+    const slot = this.slot;
+    this.slot = null;
     if (slot === null || !this.large.replace(slot, p)) this.large.insert(p);
   }
+
+  /** mergeFree: the pool slot p takes over (BlockPool.replace): often one search, not a delete and an insert. */
+  private slot: Block | null = null;
+
+  /** mergeFree's neighbour n leaves: the first keeps its pool slot for p, a second leaves the pool; the seam between them is no pBlock start. */
+  private readonly takeOut = (n: Block, p: Block): void => {
+    if (this.slot === null) this.slot = n;
+    else this.large.delete(n);
+    const seg = p.segment as PSegment;
+    seg.starts[((n === p.prev ? p.addr : n.addr) - seg.base) * this.invC] = null;
+  };
 
   /** p's chunks became used (by `claimer`, or by the program): other sBlocks mapping them lose free chunks. */
   private markUsed(p: Block, claimer: SBlock | null): void {
