@@ -124,7 +124,14 @@ export class LiveAllocator {
     this.recording = this.allocator.recorder !== null;
     const reserve = config.poolReserveBytes ?? 0;
     if (!Number.isSafeInteger(reserve) || reserve < 0) throw new Error(`poolReserveBytes takes a byte count (an integer >= 0), not ${String(reserve)}`);
-    this.pools = new PrivatePools({ take: (n, key) => this.allocator.tryMalloc(n, key), give: (b) => this.allocator.free(b) }, reserve);
+    // a pool grows outside capture only: there an out-of-memory may empty the caches and retry, as alloc does
+    const take = (n: number, key: number): Block | null => {
+      const b = this.allocator.tryMalloc(n, key);
+      if (b !== null) return b;
+      this.allocator.emptyCache();
+      return this.allocator.tryMalloc(n, key);
+    };
+    this.pools = new PrivatePools({ take, give: (b) => this.allocator.free(b) }, reserve);
     this.history = this.allocator.recorder === null ? null : new BoundedHistory(this.allocator.recorder, maxEntries);
     try {
       this.frontCacheEntries = this.checkFrontCache(config.frontCacheEntries ?? 0);

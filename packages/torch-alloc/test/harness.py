@@ -94,7 +94,8 @@ crash is then a failed case, not a lost run):
   pool-capture-needs-driver    an allocation during capture that would need a driver call:
                                a clear error (-4, warm up), the engine goes on; served after a
                                warm-up in the pool, from the rise of a warm-up outside it, or
-                               with GMLAKE_POOL_RESERVE_BYTES (pool-reserve-env)
+                               with GMLAKE_POOL_RESERVE_BYTES (pool-reserve-env; a bad value:
+                               pool-reserve-env-bad, a clear error at start)
 
 usage: python3 test/harness.py [CASE...]       (no CASE: all of them)
 """
@@ -1527,6 +1528,8 @@ CASES["pool-capture-frees"] = pool_capture_frees
 CASES["pool-capture-fails"] = pool_capture_fails
 CASES["pool-capture-needs-driver"] = pool_capture_needs_driver
 CASES["pool-reserve-env"] = pool_capture_needs_driver
+CASES["pool-reserve-env-bad"] = lambda: expect_start_error("GMLAKE_POOL_RESERVE_BYTES: expected a non-negative integer (bytes), got 'lots'",
+                                                       policy="vms", driver="host")
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):
     CASES[f"stress:{_p}:{_t}"] = (lambda p, t: (lambda: stress(p, t)))(_p, _t)
 CASES["stress:vms-one-stream-reuse:locker"] = lambda: stress("vms", "locker", knobs={"crossStream": "false"})
@@ -1556,6 +1559,7 @@ ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times
        "drain-locker": {"GMLAKE_DRAIN_US": "0"},
        "budget-env": {"GMLAKE_MEMORY_FRACTION": "0.25"},
        "pool-reserve-env": {"GMLAKE_POOL_RESERVE_BYTES": str(32 * MiB)},
+       "pool-reserve-env-bad": {"GMLAKE_POOL_RESERVE_BYTES": "lots"},
        "budget:vms:thread": {"GMLAKE_THREADING": "thread"},
        "budget-env-both": {"GMLAKE_MEMORY_FRACTION": "0.25", "GMLAKE_CAPACITY_BYTES": str(64 * MiB)},
        "budget-env-bad": {"GMLAKE_MEMORY_FRACTION": "half"},

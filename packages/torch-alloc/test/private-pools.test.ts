@@ -1,0 +1,123 @@
+import { describe, expect, it } from "vitest";
+
+import type { Block } from "@gmlake/stitch";
+
+import { PoolError, PrivatePools, STATUS_CAPTURE } from "../src/private-pools.js";
+
+const MiB = 2 ** 20;
+
+/** An engine that hands out blocks from a bump pointer (room: `limit` bytes) and logs every take and give. */
+function engine(limit = 1024 * MiB) {
+  let next = 2 ** 40;
+  let held = 0;
+  const log: string[] = [];
+  return {
+    log,
+    held: () => held,
+    take(size: number, key: number): Block | null {
+      if (held + size > limit) return null;
+      const b = { addr: next, size, stream: key } as unknown as Block;
+      next += size + 64 * MiB;
+      held += size;
+      log.push(`take ${size / MiB} ${key}`);
+      return b;
+    },
+    give(b: Block): void {
+      held -= b.size;
+      log.push(`give ${b.size / MiB}`);
+    },
+  };
+}
+
+describe("PrivatePools", () => {
+  it("carves a pool's blocks out of its engine blocks and merges them back when freed", () => {
+    const e = engine();
+    const p = new PrivatePools(e);
+    const g = p.begin(1, 0, true, 4 * MiB);
+    expect(e.log).toEqual([`take 4 ${-(2 ** 32 + 1)}`]); // the pool's own stream key
+    const a = p.alloc(g, MiB, true);
+    const b = p.alloc(g, MiB - 100, true); // rounded to 512 bytes
+    expect(b - a).toBe(MiB);
+    expect(p.free(a)).toBe(true);
+    expect(p.free(b)).toBe(true);
+    expect(p.alloc(g, 4 * MiB, true)).toBe(a); // merged: the whole block again
+    expect(p.free(12345)).toBe(false); // not a pool's
+  });
+
+  it("keeps a pool's freed memory to itself and makes no engine call during a capture", () => {
+    const e = engine();
+    const p = new PrivatePools(e);
+    const g1 = p.begin(1, 0, true, 2 * MiB);
+    const x = p.alloc(g1, 2 * MiB, true);
+    p.free(x);
+    p.end(g1);
+    const g2 = p.begin(2, 0, true, 0);
+    const calls = e.log.length;
+    let err: unknown;
+    try {
+      p.alloc(g2, 2 * MiB, true);
+    } catch (caught) {
+      err = caught;
+    }
+    expect(err).toBeInstanceOf(PoolError);
+    expect((err as PoolError).status).toBe(STATUS_CAPTURE);
+    expect((err as PoolError).message).toMatch(/no driver call during capture.*warm up.*GMLAKE_POOL_RESERVE_BYTES/);
+    expect(e.log.length).toBe(calls);
+    const y = p.alloc(g2, 2 * MiB, false); // outside capture it grows: its own block, not pool 1's freed one
+    expect(y).not.toBe(x);
+    expect(p.stats().private_pool_calls).toMatchObject({ captureRefusals: 1 });
+  });
+
+  it("counts uses, gives the memory back at the last release once the last block is freed", () => {
+    const e = engine();
+    const p = new PrivatePools(e);
+    const g = p.begin(0, 5, true, 2 * MiB);
+    const out = p.alloc(g, MiB, true);
+    p.end(g);
+    p.end(g); // one end too many: nothing
+    const g2 = p.begin(0, 5, true); // a second graph on the same handle
+    expect(g2).toBe(g);
+    expect(p.useCount(0, 5)).toBe(2);
+    expect(() => p.begin(0, 5, true)).toThrow(/already allocating to pool \(0, 5\)/);
+    p.end(g2);
+    expect(p.releasePool(0, 5)).toBe(0);
+    expect(p.releasePool(0, 5)).toBe(0); // the graph's output is still live
+    expect(e.held()).toBe(2 * MiB); // the first window's reserve: the second needed no more than it left free
+    p.free(out);
+    expect(e.held()).toBe(0);
+    expect(p.size).toBe(0);
+    expect(p.useCount(0, 5)).toBe(0);
+    expect(p.releasePool(0, 5)).toBe(0); // a release too many: nothing
+  });
+
+  it("gives back at the window's end what it took ahead and never touched; holds a recorded block's range", () => {
+    const e = engine();
+    const p = new PrivatePools(e, 8 * MiB);
+    const g = p.begin(3, 0, true, MiB); // GMLAKE_POOL_RESERVE_BYTES: 8 MiB however little is expected
+    expect(e.log).toEqual([`take 8 ${-(2 ** 32 + 1)}`]);
+    p.end(g);
+    expect(e.log[1]).toBe("give 8");
+    const g2 = p.begin(3, 0, true, 0);
+    const a = p.alloc(g2, 8 * MiB, true);
+    expect(p.recordStream(a)).toBe(true);
+    p.free(a);
+    expect(() => p.alloc(g2, 8 * MiB, true)).toThrow(PoolError); // not reused: its other stream is not waited for
+    expect(p.closeAll()).toBe(0);
+    expect(e.held()).toBe(0);
+  });
+
+  it("a capture that failed half-way: releasePool closes the window, the memory returns once its blocks are freed", () => {
+    const e = engine();
+    const p = new PrivatePools(e);
+    const g = p.begin(4, 0, true, 4 * MiB);
+    const a = p.alloc(g, MiB, true);
+    expect(p.capturing).toBe(1);
+    expect(p.releasePool(4, 0)).toBe(0);
+    expect(p.capturing).toBe(0);
+    p.free(a);
+    expect(e.held()).toBe(0);
+    const again = p.begin(4, 0, true, 0); // the id again: a new pool, a window of its own
+    expect(p.useCount(4, 0)).toBe(1);
+    p.end(again);
+  });
+});
