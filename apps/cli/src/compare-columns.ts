@@ -43,7 +43,7 @@ export const COLUMNS = {
   aboveAllocated: { header: "above allocated", value: (l) => ifFit(l, (v) => gapText(v.gapToAllocatedBytes, v.gapToAllocatedPercent)) },
   headroom: { header: "headroom", value: (l) => ifFit(l, (v) => (v.headroomBytes === null ? "-" : gib(v.headroomBytes))) },
   peakRequested: { header: "peak requested", value: (l) => (finished(l) ? gib(l.r.peakRequestedBytes) : "-") },
-  utilization: { header: "utilization", value: (l) => (finished(l) ? l.r.utilization.toFixed(3) : "-") },
+  utilization: { header: "utilization", value: (l) => (finished(l) && l.r.utilization !== null ? l.r.utilization.toFixed(3) : "-") },
   oom: { header: "OOM", value: (l) => (l.kind === "recorded" ? "" : l.r.oom ? `at #${l.r.oom.eventIndex}` : "no") },
   driverCalls: { header: "driver calls", value: (l) => (l.kind === "recorded" ? "" : String(Object.values(l.r.driverCalls).reduce((a, b) => a + b, 0))) },
   driverMs: {

@@ -5,6 +5,7 @@ import { parseSize } from "./sizes.js";
 import { didYouMean } from "./suggest.js";
 import { DEFAULT_TRACE } from "./default-trace.js";
 import { noteUnknownActions } from "./unknown-actions.js";
+import { terminalSafe } from "@gmlake/output";
 
 export interface LoadedTrace {
   /** The path given, or the embedded default's. */
@@ -12,6 +13,13 @@ export interface LoadedTrace {
   /** A short name for tables and file names: the file name without .pickle(.gz). */
   name: string;
   snapshot: Snapshot;
+  /** Segments but no allocation history (dumped without _record_memory_history): no peak or utilization to give. */
+  noHistory: boolean;
+}
+
+/** The snapshot holds segments but no history: every event was made up from the segments' state. */
+export function hasNoHistory(s: Snapshot): boolean {
+  return s.segments.length > 0 && s.events.length === s.reconstructed.syntheticEvents;
 }
 
 export function traceName(path: string): string {
@@ -78,5 +86,11 @@ export async function loadTrace(path: string | undefined, options: { frames?: bo
   const frames = options.frames === true;
   const snapshot = p === "-" ? await readSnapshotStream(process.stdin, { name: "<stdin>", limits, frames }) : await readSnapshot(p, { limits, frames });
   noteUnknownActions(nameOf(path), snapshot.unknownActions);
-  return { path: p, name: nameOf(path), snapshot };
+  const noHistory = hasNoHistory(snapshot);
+  if (noHistory) {
+    process.stderr.write(
+      terminalSafe(`gmlake: warning: ${nameOf(path)}: segments but no allocation history (dumped without torch.cuda.memory._record_memory_history): no utilization or peak to give, only the segments held at the dump`) + "\n",
+    );
+  }
+  return { path: p, name: nameOf(path), snapshot, noHistory };
 }

@@ -117,7 +117,7 @@ const DASHES = ["8 4", "3 3", "14 4", "1 3", "6 2 1 2", "12 3 3 3", "4 6", "20 4
  * own recorded reserved curve on top (what PyTorch did), the capacity line and the
  * out-of-memory markers.
  */
-export function plotOf(title: string, runs: readonly PlotRun[], recorded: EventLog, o: { capacityBytes?: number | null; capacityLabel?: string; recordedMode?: string } = {}): string {
+export function plotOf(title: string, runs: readonly PlotRun[], recorded: EventLog, o: { capacityBytes?: number | null; capacityLabel?: string; recordedName?: string } = {}): string {
   const rec = sampleTimeline(recorded);
   const series: PlotSeries[] = [];
   for (const [i, r] of runs.entries()) {
@@ -125,15 +125,15 @@ export function plotOf(title: string, runs: readonly PlotRun[], recorded: EventL
     series.push({ label: r.label, reserved: tl.reserved, startUs: tl.startUs, oomAtUs: r.oomAtUs, dash: DASHES[i % DASHES.length], directLabel: true });
   }
   series.push({ label: "allocated", allocated: rec.allocated, startUs: rec.startUs, color: "#7f7f7f" });
-  series.push({ label: `PyTorch ${o.recordedMode ?? ""} (recorded)`.replace("  ", " "), reserved: rec.reserved, startUs: rec.startUs, emphasis: "recorded" });
+  series.push({ label: `${o.recordedName ?? "PyTorch"} (recorded)`, reserved: rec.reserved, startUs: rec.startUs, emphasis: "recorded" });
   return plotSvg(series, {
     title: `${title}: reserved per allocator vs allocated`,
-    subtitle: "dashed, one dash and colour each, named at the end: each allocator's reserved on the same requests; dotted black: PyTorch's; grey: allocated",
+    subtitle: "dashed, one dash and colour each, named at the end: each allocator's reserved on the same requests; dotted black: the recording's; grey: allocated",
     capacityBytes: o.capacityBytes ?? undefined,
     capacityLabel: o.capacityLabel,
   });
 }
 
-export function writePlot(target: OutputTarget, title: string, runs: readonly PlotRun[], recorded: EventLog, o: { capacityBytes?: number | null; capacityLabel?: string; recordedMode?: string } = {}): void {
+export function writePlot(target: OutputTarget, title: string, runs: readonly PlotRun[], recorded: EventLog, o: { capacityBytes?: number | null; capacityLabel?: string; recordedName?: string } = {}): void {
   writeOutputFile(target, plotOf(title, runs, recorded, o));
 }

@@ -64,7 +64,7 @@ function compareTable(t: ReportTrace): string {
     REPORT.map((c, i) => {
       const v = c.value(l);
       if (i === fitsAt && (v === "yes" || v === "no")) return `<span class="${v}">${v}</span>`;
-      return esc(l.kind === "recorded" && c === COLUMNS.allocator ? `PyTorch ${t.recorded.mode} (recorded)` : v);
+      return esc(l.kind === "recorded" && c === COLUMNS.allocator ? `${t.recorded.recordedBy.name} (recorded)` : v);
     }),
   );
   return table(REPORT.map((c) => c.header), rows, { rowClass: (i) => (i === 0 ? "rec" : lines[i]!.kind === "replay" && !(lines[i]!.r as CompareRow).finished ? "oom" : "") });

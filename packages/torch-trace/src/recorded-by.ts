@@ -15,6 +15,8 @@ export interface RecordedBy {
   readonly label: string;
   /** Who the recorded figures are of: "PyTorch" or "gmlake vms". */
   readonly who: string;
+  /** Short, for a table row or a plot legend: "PyTorch caching", "PyTorch expandable", "gmlake vms, live". */
+  readonly name: string;
 }
 
 export function recordedBy(s: AllocatorSettings): RecordedBy {
@@ -22,9 +24,9 @@ export function recordedBy(s: AllocatorSettings): RecordedBy {
   if (typeof policy === "string" && policy !== "") {
     const live = s.raw.gmlake_live === true;
     const label = `gmlake ${policy}${live ? ", live (the stitching engine as PyTorch's allocator)" : ""}`;
-    return { allocator: "gmlake", mode: policy, live, label, who: `gmlake ${policy}` };
+    return { allocator: "gmlake", mode: policy, live, label, who: `gmlake ${policy}`, name: `gmlake ${policy}${live ? ", live" : ""}` };
   }
   const mode = s.expandableSegments ? "expandable" : "caching";
   const conf = s.allocConf ? ` (PYTORCH_CUDA_ALLOC_CONF=${s.allocConf})` : "";
-  return { allocator: "pytorch", mode, live: true, label: `${s.expandableSegments ? "expandable segments" : "caching (default)"}${conf}`, who: "PyTorch" };
+  return { allocator: "pytorch", mode, live: true, label: `${s.expandableSegments ? "expandable segments" : "caching (default)"}${conf}`, who: "PyTorch", name: `PyTorch ${mode}` };
 }

@@ -1,4 +1,5 @@
 import { computeStats } from "@gmlake/trace";
+import { recordedBy } from "@gmlake/torch-trace";
 import { checkOutputDir, checkOutputs, terminalSafe, writeOutputFile } from "@gmlake/output";
 import { basename, join } from "node:path";
 import { UsageError } from "../cli-error.js";
@@ -17,15 +18,20 @@ import { formatBytes } from "../sizes.js";
 import { markdownTable, textTable, wrap } from "../table.js";
 import { BASE, COLUMNS, VERBOSE, gib, type Line } from "../compare-columns.js";
 
-/** What PyTorch itself recorded in the trace, shown beside the replays. */
+/** What the trace itself recorded (PyTorch's allocator, or ours live), shown beside the replays. */
 export interface RecordedRow {
   trace: string;
+  /** The allocator settings' mode (caching unless expandable_segments was on). */
   mode: "caching" | "expandable";
+  /** What made the trace: PyTorch's allocator or the stitching engine (live), with its label. */
+  recordedBy: { allocator: "pytorch" | "gmlake"; mode: string; live: boolean; label: string; name: string };
+  /** Segments but no allocation history: the figures are the segments' at the dump, utilization is null. */
+  noHistory: boolean;
   peakRequestedBytes: number;
   /** Peak of allocated bytes after PyTorch's rounding (the trace's roundup_power2_divisions). */
   peakAllocatedBytes: number;
   peakReservedBytes: number;
-  utilization: number;
+  utilization: number | null;
   traceDurationUs: number;
 }
 
@@ -142,7 +148,7 @@ Examples:
     for (const [ti, p] of paths.entries()) {
       const t = await loadTrace(p, { frames: reportDir !== undefined });
       const s = t.snapshot;
-      const rec = recordedRow(t.name, s);
+      const rec = recordedRow(t.name, s, t.noHistory);
       out.recorded.push(rec);
       lines.push({ kind: "recorded", r: rec });
       const series = [];
@@ -177,7 +183,7 @@ Examples:
       }
       const text = search ? advice(verdicts, budget) : null;
       if (text !== null) out.advice.push({ trace: t.name, text });
-      const svg = draw ? plotOf(t.name, series, s.events, { capacityBytes: budget.allocatorBytes, capacityLabel: capacityLabel(budget), recordedMode: rec.mode }) : null;
+      const svg = draw ? plotOf(t.name, series, s.events, { capacityBytes: budget.allocatorBytes, capacityLabel: capacityLabel(budget), recordedName: rec.recordedBy.name }) : null;
       if (plots[ti]) writeOutputFile(plots[ti], svg!);
       if (reportDir !== undefined) {
         progress.update(done, paths.length * policies.length, `${t.name} peaks`);
@@ -205,15 +211,18 @@ Examples:
   },
 };
 
-function recordedRow(name: string, s: Awaited<ReturnType<typeof loadTrace>>["snapshot"]): RecordedRow {
+function recordedRow(name: string, s: Awaited<ReturnType<typeof loadTrace>>["snapshot"], noHistory: boolean): RecordedRow {
   const st = computeStats(s.events, { roundupPower2Divisions: s.allocatorSettings.roundupPower2Divisions });
+  const by = recordedBy(s.allocatorSettings);
   return {
     trace: name,
     mode: s.allocatorSettings.expandableSegments ? "expandable" : "caching",
+    recordedBy: { allocator: by.allocator, mode: by.mode, live: by.live, label: by.label, name: by.name },
+    noHistory,
     peakRequestedBytes: st.peakRequestedBytes,
     peakAllocatedBytes: st.peakAllocatedBytes,
     peakReservedBytes: st.peakReservedBytes,
-    utilization: st.peakReservedBytes > 0 ? st.peakRequestedBytes / st.peakReservedBytes : 1,
+    utilization: noHistory ? null : st.peakReservedBytes > 0 ? st.peakRequestedBytes / st.peakReservedBytes : 1,
     traceDurationUs: st.lastTimeUs - st.firstTimeUs,
   };
 }
@@ -226,7 +235,7 @@ function traceTables(lines: readonly Line[], columns: Parameters<typeof textTabl
     const rec = group[0];
     if (rec?.kind !== "recorded") return;
     const r = rec.r;
-    out.push(`${wrap(`${r.trace}: the limit is ${gib(r.peakRequestedBytes)} requested, ${gib(r.peakAllocatedBytes)} allocated at the peak`)}\n${textTable(group, columns)}`);
+    out.push(`${wrap(`${r.trace}: the limit is ${gib(r.peakRequestedBytes)} requested, ${gib(r.peakAllocatedBytes)} allocated at the peak; recorded by ${r.recordedBy.name}`)}\n${textTable(group, columns)}`);
   };
   for (const l of lines) {
     if (l.kind === "recorded") {
@@ -242,7 +251,7 @@ function traceTables(lines: readonly Line[], columns: Parameters<typeof textTabl
 /** What the table means, the sizes as read, and the advice: wrapped to the terminal. */
 function notes(out: CompareJson, budget: DeviceBudget, driver: string, search: boolean, verbose: boolean): string[] {
   const n: string[] = [];
-  n.push(wrap(`${out.rows.length} replays on the ${driver} driver; ${budget.echo}. recorded = what PyTorch reserved in the trace; waste = peak reserved - peak requested (the same for every allocator).`));
+  n.push(wrap(`${out.rows.length} replays on the ${driver} driver; ${budget.echo}. recorded = what the allocator that made the trace reserved in it; waste = peak reserved - peak requested (the same for every allocator).`));
   if (verbose && driver === "sim") {
     // what the modelled column predicts, and how well (BENCHMARKS.md, the fifth driver-time run)
     n.push(wrap("driver ms on sim: modelled with the H200's per-call costs, as if the trace were the first steps of its own process; against such runs on an H200 the model is off by 7% per trace on the mean for vms, 12% for caching and 20% for expandable."));

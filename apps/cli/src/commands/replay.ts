@@ -1,3 +1,4 @@
+import { recordedBy } from "@gmlake/torch-trace";
 import { UsageError } from "../cli-error.js";
 import type { Command } from "../command.js";
 import { checkOutputs } from "@gmlake/output";
@@ -107,8 +108,7 @@ Examples:
     });
     if (plotTarget && result.log) {
       const oomAtUs = result.oom ? t.snapshot.events.timeUs[result.oom.eventIndex] : undefined;
-      const mode = t.snapshot.allocatorSettings.expandableSegments ? "expandable" : "caching";
-      writePlot(plotTarget, t.name, [{ label: policy, log: result.log, oomAtUs }], t.snapshot.events, { capacityBytes: budget.allocatorBytes, capacityLabel: capacityLabel(budget), recordedMode: mode });
+      writePlot(plotTarget, t.name, [{ label: policy, log: result.log, oomAtUs }], t.snapshot.events, { capacityBytes: budget.allocatorBytes, capacityLabel: capacityLabel(budget), recordedName: recordedBy(t.snapshot.allocatorSettings).name });
     }
     const s = t.snapshot;
     const context = { settings: s.allocatorSettings, sourceEvents: result.sourceEvents, frames: s.frames, annotations: s.annotations, streamOf: poolStreamsOf(s.events, s.segments) };

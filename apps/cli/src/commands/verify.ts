@@ -1,3 +1,5 @@
+import { recordedBy } from "@gmlake/torch-trace";
+import { wrap } from "../table.js";
 import { verify, type VerifyResult } from "@gmlake/stitch";
 import { EXIT_MISMATCH } from "../cli-error.js";
 import type { Command } from "../command.js";
@@ -8,6 +10,8 @@ import { printJson, printText } from "../outputs.js";
 
 export interface VerifyJson {
   trace: string;
+  /** What made the trace: "PyTorch caching", "PyTorch expandable", "gmlake vms, live". */
+  recordedBy: string;
   policy: string;
   recordedSegments: number;
   replayedSegments: number;
@@ -60,9 +64,13 @@ Example:
     let mismatches = 0;
     for (const p of paths) {
       const t = await loadTrace(p);
-      const r = asUsage(() => verify(t.snapshot, { policy, addressOracle: values.free !== true }));
+      // A snapshot our engine wrote live is checked against the policy that made it, not PyTorch's models.
+      const by = recordedBy(t.snapshot.allocatorSettings);
+      const model = policy ?? (by.allocator === "gmlake" ? checkPolicy(by.mode) : undefined);
+      const r = asUsage(() => verify(t.snapshot, { policy: model, addressOracle: values.free !== true }));
       const out: VerifyJson = {
         trace: t.name,
+        recordedBy: by.name,
         policy: r.policy,
         recordedSegments: r.recordedSegments,
         replayedSegments: r.replayedSegments,
@@ -82,7 +90,7 @@ Example:
         continue;
       }
       const lines = [
-        `${t.name} (${r.policy} model${values.free ? ", free-running" : ""}): ${ok ? "MATCH" : "MISMATCH"}`,
+        wrap(`${t.name} (recorded by ${by.name}; ${r.policy} model${values.free ? ", free-running" : ""}): ${ok ? "MATCH" : "MISMATCH"}`),
         `  segment events  recorded ${r.recordedSegments}, replayed ${r.replayedSegments}`,
         `  peak reserved   recorded ${formatBytes(r.recordedPeakReservedBytes)}, replayed ${formatBytes(r.replayedPeakReservedBytes)}`,
         `  block addresses ${r.firstAllocMismatch ? `first differs at event ${r.firstAllocMismatch.eventIndex}` : `all ${r.allocsCompared} allocations at the recorded ${values.free ? "(segment, offset)" : "address"}`}`,
