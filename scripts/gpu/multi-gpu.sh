@@ -7,7 +7,8 @@
 # measured and how.
 #   here:   bash scripts/wheel/build.sh                    (build/wheel/gmlake_torch-*.whl)
 #   there:  `run` (kind nvidia-h200-x2/x4/x8) with carry ["build/wheel"]: NPROC=2 bash scripts/gpu/multi-gpu.sh
-# Knobs: NPROC (default: every GPU nvidia-smi -L lists), WORKLOADS (llama1b_fsdp,gpt2_ddp; also
+# Knobs: NPROC (default: every GPU nvidia-smi -L lists), PHASES (integrity,nccl,train: a call can take
+#   some, e.g. PHASES=integrity,nccl then PHASES=train WORKLOADS=gpt2_ddp, each with its own OUT), WORKLOADS (llama1b_fsdp,gpt2_ddp; also
 #   llama7b_fsdp), ALLOCATORS (pytorch,pytorch-expandable,ours:vms), ROUNDS (2), STEPS (12), WARMUP (3),
 #   INTEGRITY_POLICIES (vms), INTEGRITY_SECONDS (20), TOTAL (seconds for the whole call, 570),
 #   PYTHON (python3), WHEEL (default the one build/wheel/gmlake_torch-*.whl).
@@ -34,5 +35,5 @@ whls=("$root"/build/wheel/gmlake_torch-*.whl)
 mkdir -p "$OUT"
 exec "$python" scripts/gpu/multi_gpu.py run --nproc "$nproc" --wheel "${whls[0]}" --out "$OUT" --python "$python" \
   --workloads "${WORKLOADS:-llama1b_fsdp,gpt2_ddp}" --allocators "${ALLOCATORS:-pytorch,pytorch-expandable,ours:vms}" \
-  --rounds "${ROUNDS:-2}" --steps "${STEPS:-12}" --warmup "${WARMUP:-3}" --integrity-policies "${INTEGRITY_POLICIES:-vms}" \
+  --phases "${PHASES:-integrity,nccl,train}" --rounds "${ROUNDS:-2}" --steps "${STEPS:-12}" --warmup "${WARMUP:-3}" --integrity-policies "${INTEGRITY_POLICIES:-vms}" \
   --integrity-seconds "${INTEGRITY_SECONDS:-20}" --time-limit "$((total - ($(date +%s) - t0) - 10))"

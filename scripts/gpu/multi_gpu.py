@@ -2,7 +2,7 @@
 allocators: torchrun --nproc-per-node N, ours switched on by the wheel's autoenable hook alone
 (GMLAKE_POLICY; each rank on LOCAL_RANK), PyTorch default and expandable_segments the controls.
 
-usage: python3 multi_gpu.py run --nproc N --wheel WHL [--workloads W,...] [--allocators A,...] [--rounds R]
+usage: python3 multi_gpu.py run --nproc N --wheel WHL [--phases integrity,nccl,train] [--workloads W,...] [--allocators A,...] [--rounds R]
                                 [--steps S] [--warmup W] [--integrity-policies P,...] [--integrity-seconds S]
                                 [--time-limit S] [--out DIR] [--python PY]
        python3 multi_gpu.py rank WORKLOAD --steps S --result-dir DIR     (one rank, under torchrun)
@@ -105,9 +105,11 @@ def rank_main(a):
     try:
         if a.workload in ("nccl", "nccl_register"):
             res["checks"] = nccl_checks(torch, dist, dev, rank, world)
-            if a.workload == "nccl":
-                res["mem_pool"] = mem_pool_probe(torch, dist, dev, world)
             res["ok"] = res["first_all_reduce_ok"] and res["checks"]["mismatches"] == 0
+            if a.workload == "nccl":  # the checks are kept should the probe end the process
+                res["mem_pool"] = {"ok": False, "what": "not reached: the process ended in the MemPool probe"}
+                write_json(os.path.join(a.result_dir, f"rank{rank}.json"), res)
+                res["mem_pool"] = mem_pool_probe(torch, dist, dev, world)
         else:
             train(torch, dist, dev, rank, a, res, used)
             res["ok"] = res["first_all_reduce_ok"]
@@ -330,7 +332,7 @@ class Runner:
 
     def run(self):
         a = self.a
-        for policy in a.integrity_policies:
+        for policy in a.integrity_policies if "integrity" in a.phases else ():
             t0 = time.monotonic()
             if self.fits("integrity", f"integrity {policy}"):
                 self.doc["integrity"] += self.integrity(policy)
@@ -338,6 +340,8 @@ class Runner:
                 self.save()
         checks = [(f"nccl-{s}", "nccl", s, None) for s in a.allocators]
         checks += [(f"nccl-register-{s}", "nccl_register", s, {REGISTER_HOOK: "1"}) for s in a.allocators if s.startswith("ours:")][:1]
+        if "nccl" not in a.phases:
+            checks = []
         for tag, workload, spec, extra in checks:
             if self.fits("nccl", tag):
                 rec, log = self.torchrun(tag.replace(":", "_").replace(",", "_"), workload, spec, extra)
@@ -349,7 +353,7 @@ class Runner:
                 self.doc["nccl"].append(rec)
                 self.seen.setdefault("nccl", []).append(rec["seconds"])
                 self.save()
-        for w in a.workloads:
+        for w in a.workloads if "train" in a.phases else ():
             for rnd in range(1, a.rounds + 1):
                 k = (rnd - 1) % len(a.allocators)
                 for spec in a.allocators[k:] + a.allocators[:k]:
@@ -510,6 +514,7 @@ def main(argv):
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--phases", default="integrity,nccl,train")
     ap.add_argument("--integrity-policies", default="vms")
     ap.add_argument("--integrity-seconds", type=float, default=20)
     ap.add_argument("--time-limit", type=float, default=540)
@@ -519,6 +524,9 @@ def main(argv):
     a.workloads = [w for w in a.workloads.split(",") if w]
     a.allocators = [s for s in a.allocators.split(",") if s]
     a.integrity_policies = [p for p in a.integrity_policies.split(",") if p]
+    a.phases = [p for p in a.phases.split(",") if p]
+    if not a.phases or any(p not in ("integrity", "nccl", "train") for p in a.phases):
+        raise Bad(f"--phases: a comma list of integrity, nccl, train, not {','.join(a.phases)!r}")
     for w in a.workloads:
         if w not in WORKLOADS:
             raise Bad(f"unknown workload {w!r} (one of {', '.join(WORKLOADS)})")

@@ -1332,6 +1332,7 @@ class CUDAAllocator : public DeviceAllocator {
   virtual void createOrIncrefPool(c10::DeviceIndex, MempoolId_t, CUDAAllocator* allocator = nullptr) { TORCH_CHECK(false, "createOrIncrefPool"); }
   virtual void setUseOnOOM(c10::DeviceIndex, MempoolId_t) { TORCH_CHECK(false, "setUseOnOOM"); }
   virtual int getPoolUseCount(c10::DeviceIndex, MempoolId_t) { TORCH_CHECK(false, "getPoolUseCount"); return 0; }
+  virtual bool checkPoolLiveAllocations(c10::DeviceIndex, MempoolId_t, const std::unordered_set<void*>&) { TORCH_CHECK(false, "check"); return false; }
   virtual ShareableHandle shareIpcHandle(void* ptr) = 0;
   virtual std::shared_ptr<void> getIpcDevPtr(std::string handle) = 0;
   virtual bool isHistoryEnabled() { return false; }
@@ -1417,6 +1418,11 @@ X void gmlake_end_allocate_to_pool(int, std::pair<unsigned long long, unsigned l
 X void gmlake_release_pool(int, std::pair<unsigned long long, unsigned long long>) { pool_uses--; }
 X void gmlake_create_pool(int, std::pair<unsigned long long, unsigned long long>) { pool_uses++; }
 X int gmlake_pool_use_count(unsigned long long, unsigned long long) { return (int)pool_uses; }
+// pool (0, 9) has live blocks at 0x100 and 0x200
+X int gmlake_pool_live(unsigned long long, unsigned long long s, void* p) {
+  if (s != 9) return 0;
+  return p == nullptr ? 2 : (p == reinterpret_cast<void*>(0x100) || p == reinterpret_cast<void*>(0x200));
+}
 X void gmlake_set_memory_fraction(double f, int) { if (f <= 0) throw std::runtime_error("gmlake: bad fraction"); fraction = f; }
 long capture_mode = 0;
 X int gmlake_set_capture_check(int m) { long p = capture_mode; capture_mode = m; return (int)p; }
@@ -1505,6 +1511,12 @@ int main(int argc, char** argv) {
   a->endAllocateToPool(0, {0x42, 0});
   a->createOrIncrefPool(0, {0, 9}, nullptr);  // torch.cuda.MemPool()
   CHECK(a->getPoolUseCount(0, {0, 9}) == 2, "pool uses %d", a->getPoolUseCount(0, {0, 9}));
+  void* l1 = reinterpret_cast<void*>(0x100);
+  void* l2 = reinterpret_cast<void*>(0x200);
+  void* l3 = reinterpret_cast<void*>(0x300);
+  CHECK(a->checkPoolLiveAllocations(0, {0, 9}, {l1, l2}) && !a->checkPoolLiveAllocations(0, {0, 9}, {l1}) &&
+            !a->checkPoolLiveAllocations(0, {0, 9}, {l1, l3}) && !a->checkPoolLiveAllocations(0, {0, 8}, {l1, l2}),
+        "checkPoolLiveAllocations: exactly the pool's live blocks");
   a->releasePool(0, {0x42, 0});
   a->releasePool(0, {0, 9});
   CHECK(counts(7) == 0 && a->getPoolUseCount(0, {0, 9}) == 0, "releasePool reached the engine");
@@ -1936,10 +1948,19 @@ class MultiGpu(unittest.TestCase):
         self.assertEqual(r["p"].returncode, 1)
         self.assertIn("rank 0 ran on pytorch", [x for x in r["doc"]["runs"] if x["allocator"] == "ours:vms"][0]["error"])
 
+    def test_phases_split_a_call_and_every_rank_is_a_column(self):
+        r = self.run_sh(PHASES="train", NPROC="3", WORKLOADS="llama1b_fsdp", ROUNDS="1")
+        self.assertEqual(r["p"].returncode, 0, r["p"].stderr[-2000:])
+        self.assertEqual((r["doc"]["integrity"], r["doc"]["nccl"]), ([], []))
+        self.assertEqual([l["torchrun"] for l in r["log"] if isinstance(l, dict)], ["llama1b_fsdp"] * 3)
+        vms = [x for x in r["doc"]["summary"] if x["allocator"] == "ours:vms"][0]
+        self.assertEqual([round(b / 2 ** 30, 2) for b in vms["peak_reserved_bytes"]], [36.0, 35.75, 35.5])
+        self.assertIn("| 36.00 / 35.75 / 35.50 |", r["md"])
+
     def test_bad_input_one_line_exit_2(self):
         for knobs, want in (({"NPROC": "0"}, "NPROC must be a positive number"), ({"WHEEL": "/nonexistent.whl"}, "no wheel at"),
                             ({"ALLOCATORS": "pytorch,bogus"}, "unknown allocator 'bogus'"), ({"WORKLOADS": "nope"}, "unknown workload 'nope'"),
-                            ({"STEPS": "1"}, "--steps more than --warmup"), ({"TOTAL": "soon"}, "TOTAL must be")):
+                            ({"STEPS": "1"}, "--steps more than --warmup"), ({"PHASES": "train,bench"}, "--phases: a comma list"), ({"TOTAL": "soon"}, "TOTAL must be")):
             r = self.run_sh(**knobs)
             self.assertEqual(r["p"].returncode, 2, (knobs, r["p"].stderr))
             self.assertEqual(len(r["p"].stderr.strip().splitlines()), 1, r["p"].stderr)
