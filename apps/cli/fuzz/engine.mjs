@@ -3,6 +3,11 @@
 //
 //   node apps/cli/fuzz/engine.mjs [--runs N] [--max-seconds S] [--seed N] [--corpus DIR]
 //                                 [--findings DIR] [--max-len BYTES] [--timeout-ms MS]
+//                                 [--target FILE]
+//
+// --target: another fuzz target (default target.mjs): a module exporting fuzzOne(bytes), and
+// seeds() and dictionary where it has its own (then the snapshot fixtures, regressions and
+// pickle dictionary are not used). policy-target.mjs: generated outside policies.
 //
 // The compiled packages are instrumented as they load (coverage-hooks.mjs: Jazzer.js's
 // Babel coverage plugin, one counter per branch); each input runs in this process and is
@@ -21,8 +26,8 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { register } from "node:module";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -36,6 +41,8 @@ const { values: opt } = parseArgs({
     "max-len": { type: "string", default: "16384" },
     "timeout-ms": { type: "string", default: "2000" },
     quiet: { type: "boolean", default: false },
+    target: { type: "string", default: "./target.mjs" },
+    "keep-going": { type: "boolean", default: false },
   },
 });
 const RUNS = Number(opt.runs);
@@ -56,7 +63,9 @@ globalThis.__gmlakeCoverage = {
   },
 };
 if (!process.env.FUZZ_NO_COVERAGE) register("./coverage-hooks.mjs", import.meta.url);
-const { fuzzOne } = await import("./target.mjs");
+// a path from the working folder, else from this folder (policy-target.mjs)
+const target = await import(existsSync(opt.target) ? pathToFileURL(resolve(opt.target)).href : new URL(opt.target, import.meta.url).href);
+const { fuzzOne } = target;
 const { pickle } = await import("@gmlake/trace");
 
 // ---- randomness (seeded: a run is replayed with the same --seed and seeds) ----
@@ -81,14 +90,18 @@ const addDir = (dir) => {
     if (b.length > 0 && b.length <= MAX_LEN) seeds.push(new Uint8Array(b));
   }
 };
-addDir(join(here, "../../../packages/torch-trace/test/fixtures"));
-addDir(join(here, "regressions"));
+if (typeof target.seeds === "function") {
+  for (const b of target.seeds()) if (b.length > 0 && b.length <= MAX_LEN) seeds.push(b);
+} else {
+  addDir(join(here, "../../../packages/torch-trace/test/fixtures"));
+  addDir(join(here, "regressions"));
+}
 if (opt.corpus) {
   mkdirSync(opt.corpus, { recursive: true });
   addDir(opt.corpus);
 }
 // A minimal well-formed snapshot, so that replay paths are reachable from the start.
-seeds.push(
+if (typeof target.seeds !== "function") seeds.push(
   pickle({
     device_traces: [[
       { action: "segment_alloc", addr: 1 << 30, size: 2 << 20, stream: 0, time_us: 1 },
@@ -104,7 +117,7 @@ seeds.push(
 // ---- dictionary: pickle opcodes with their arguments, and the snapshot's words ----
 const te = new TextEncoder();
 const str = (s) => Uint8Array.from([0x8c, s.length, ...te.encode(s)]);
-const DICT = [
+const DICT = target.dictionary ?? [
   ...["device_traces", "segments", "allocator_settings", "external_annotations", "action", "addr", "size", "stream", "time_us", "frames", "device_free", "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "snapshot", "oom", "blocks", "address", "total_size", "requested_size", "state", "active_allocated", "device", "is_expandable", "segment_pool_id", "expandable_segments", "max_split_size", "roundup_power2_divisions"].map(str),
   ...[[0x80, 4], [0x80, 2], [0x95, 8, 0, 0, 0, 0, 0, 0, 0], [0x28], [0x7d], [0x5d], [0x29], [0x8f], [0x75], [0x65], [0x61], [0x73], [0x74], [0x85], [0x86], [0x87], [0x94], [0x71, 0], [0x68, 0], [0x6a, 1, 0, 0, 0], [0x72, 1, 0, 0, 0], [0x4e], [0x88], [0x89], [0x4b, 1], [0x4d, 0, 1], [0x4a, 0, 0, 0, 0x80], [0x8a, 8, 0, 0, 0, 0, 0, 0, 0, 0x80], [0x8a, 1, 0xff], [0x8b, 0, 0, 0, 0], [0x47, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0], [0x46, 0x31, 0x0a], [0x49, 0x30, 0x30, 0x0a], [0x2e], [0x30], [0x31], [0x32], [0x1f, 0x8b]].map((a) => Uint8Array.from(a)),
 ];
@@ -218,13 +231,21 @@ function runOne(input) {
 }
 
 const findingsDir = opt.findings ?? mkdtempSync(join(tmpdir(), "gmlake-fuzz-findings-"));
+// --keep-going: each kind of finding (its message with the numbers taken out) written once and
+// counted, the run goes on, and its exit status is 1 at the end if there was any
+const kinds = new Map();
+let findings = 0;
 function finding(input, e) {
+  findings++;
+  const kind = String(e instanceof Error ? e.message : e).replace(/0x[0-9a-f]+|\d+/g, "N").slice(0, 200);
+  if (kinds.has(kind)) return void kinds.set(kind, kinds.get(kind) + 1);
+  kinds.set(kind, 1);
   mkdirSync(findingsDir, { recursive: true });
   const name = `finding-${createHash("sha1").update(input).digest("hex").slice(0, 16)}.bin`;
   writeFileSync(join(findingsDir, name), input);
   console.error(`fuzz: FINDING after ${execs} executions: ${e instanceof Error ? e.stack : String(e)}`);
   console.error(`fuzz: input (${input.length} bytes) written to ${join(findingsDir, name)}; replay with the same --seed ${SEED}`);
-  process.exit(1);
+  if (!opt["keep-going"]) process.exit(1);
 }
 
 const corpus = [];
@@ -263,4 +284,5 @@ while (execs < RUNS && performance.now() - t0 < MAX_MS) {
   }
 }
 log("done");
-console.log(JSON.stringify({ executions: execs, seconds: Math.round((performance.now() - t0) / 1000), seeds: seedCount, corpus: corpus.length, savedToCorpus: saved, edgesCovered: covered, edges, findings: 0, seed: SEED }));
+console.log(JSON.stringify({ executions: execs, seconds: Math.round((performance.now() - t0) / 1000), seeds: seedCount, corpus: corpus.length, savedToCorpus: saved, edgesCovered: covered, edges, findings, findingKinds: Object.fromEntries(kinds), seed: SEED }));
+if (findings > 0) process.exit(1);

@@ -339,6 +339,7 @@ export class Allocator {
       throw new StitchError("BAD_ARGUMENT", `block at 0x${b.addr.toString(16)} is not live (double free?)`);
     }
     b.pendingFree = true;
+    if (this.guard !== null) this.guard.freeRequested(b);
     this.stats.allocatedBytes -= b.size;
     if (this.integrity !== null) this.integrity.check(b);
     if (this.recordAllocations) this.ctx.record(EventKind.freeRequested, b.addr, b.requested, b.stream);

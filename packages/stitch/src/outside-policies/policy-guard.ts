@@ -101,6 +101,9 @@ export class PolicyGuard {
   private readonly sAddr: number[] = [];
   private readonly sSize: number[] = [];
   private readonly sStream: number[] = [];
+  /** The request served and whether its free was requested: the engine's own fields of the block, which the policy can reach too. */
+  private readonly sRequested: number[] = [];
+  private readonly sPending: boolean[] = [];
   private readonly spare: number[] = [];
 
   constructor(policy: Policy, ctx: AllocatorContext) {
@@ -177,6 +180,8 @@ export class PolicyGuard {
   accept(b: unknown, size: number, stream: number, call: string): Block | null {
     if (b === null) return null;
     if (!isBlock(b)) throw this.fault("not-a-block", `${where(call, size, stream)} returned ${b === undefined ? "undefined" : typeof b === "object" ? "a plain object" : typeof b}, not a Block or null`);
+    // the engine writes its fields into the block (allocated, requested, ...)
+    if (!Object.isExtensible(b)) throw this.fault("not-a-block", `${where(call, size, stream)} returned a frozen or sealed Block: the engine writes its fields`);
     const { addr, size: bytes } = b;
     if (!Number.isSafeInteger(addr) || addr < 0 || !Number.isSafeInteger(bytes) || !Number.isSafeInteger(b.stream)) {
       throw this.fault("bad-block", `${where(call, size, stream)} returned a block at ${hex(addr)} of ${bytes} B on stream ${b.stream}: not integers`);
@@ -203,6 +208,8 @@ export class PolicyGuard {
     this.sAddr[slot] = addr;
     this.sSize[slot] = bytes;
     this.sStream[slot] = b.stream;
+    this.sRequested[slot] = size;
+    this.sPending[slot] = false;
     this.served.set(b, slot);
     return b;
   }
@@ -236,6 +243,15 @@ export class PolicyGuard {
     if (b.addr !== a || b.size !== z || b.stream !== st) {
       throw this.fault("mutated", `changed the live block served at ${hex(a)} (${z} B, stream ${st}) to ${hex(b.addr)} (${b.size} B, stream ${b.stream})`);
     }
+    if (b.allocated !== true || b.requested !== this.sRequested[i] || b.pendingFree !== this.sPending[i]) {
+      throw this.fault("mutated", `changed the engine's fields of the live block at ${hex(a)} (allocated ${b.allocated}, requested ${b.requested}, pendingFree ${b.pendingFree})`);
+    }
+  }
+
+  /** The engine requested the live block's free (its pendingFree is the engine's from now on). */
+  freeRequested(b: Block): void {
+    const i = this.served.get(b);
+    if (i !== undefined) this.sPending[i] = true;
   }
 
   /** The engine knows `b` as live (its own list may disagree when the policy changed the block's engine fields). */
@@ -377,13 +393,19 @@ class GuardedView implements PolicyContext {
     let bytes = 0;
     for (const c of chunks) bytes += typeof c?.size === "number" ? c.size : 0;
     this.#g.checkIdle(addr, bytes, "unmapped");
-    const n = this.#v.unmapChunks(addr, chunks, stream, after);
-    let at = addr;
-    for (const c of chunks) {
-      this.#g.mapped.remove(at);
-      at += c.size;
+    try {
+      return this.#v.unmapChunks(addr, chunks, stream, after);
+    } finally {
+      // off the books whatever is unmapped now, also when the call failed part way (a bad
+      // entry in the list after good ones): books that still said mapped let a block in
+      // unmapped memory through
+      let at = addr;
+      for (const c of chunks) {
+        if (this.#v.chunkMappedAt(at) === null) this.#g.mapped.remove(at);
+        if (typeof c?.size !== "number") break;
+        at += c.size;
+      }
     }
-    return n;
   }
   markStream(stream: number): number {
     return this.#v.markStream(stream);
