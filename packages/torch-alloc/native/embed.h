@@ -27,6 +27,7 @@ enum GmlakeOp {
   kOpPoolEnd = 14,      // (ordinal) -> 0
   kOpPoolRelease = 15,  // (pool id first, second) -> bytes given back to the engine now
   kOpPoolUseCount = 16, // (pool id first, second) -> its uses
+  kOpPoolLive = 17,     // (pool id first, second, address) -> 1 if a live block of it starts there; address 0: its live blocks
 };
 
 // Frees need no answer, so gmlake_embed_call(kOpFree) only queues them (no isolate, a

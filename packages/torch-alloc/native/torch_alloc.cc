@@ -535,6 +535,12 @@ GMLAKE_EXPORT int gmlake_pool_use_count(unsigned long long first, unsigned long 
   return static_cast<int>(PoolCall(kOpPoolUseCount, static_cast<double>(first), static_cast<double>(second), 0));
 }
 
+/** 1 when a live block of pool (first, second) starts at ptr, else 0; ptr null: its live blocks; or a status < 0. */
+GMLAKE_EXPORT int gmlake_pool_live(unsigned long long first, unsigned long long second, void* ptr) {
+  return static_cast<int>(PoolCall(kOpPoolLive, static_cast<double>(first), static_cast<double>(second),
+                                   static_cast<double>(reinterpret_cast<uintptr_t>(ptr))));
+}
+
 /**
  * set_begin_allocate_to_pool: PyTorch opens a pool window (before it begins a CUDA-graph
  * capture, or for torch.cuda.use_mem_pool): allocations on the streams `filter` takes go to

@@ -33,6 +33,7 @@ import {
   OP_POOL_END,
   OP_POOL_RELEASE,
   OP_POOL_USE_COUNT,
+  OP_POOL_LIVE,
   STATUS_ERROR,
   STATUS_NOT_CACHED,
   TEXT_STATS,
@@ -211,6 +212,8 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
             return live.poolRelease(a, b);
           case OP_POOL_USE_COUNT:
             return live.pools.useCount(a, b);
+          case OP_POOL_LIVE:
+            return live.pools.live(a, b, c);
           case OP_PING:
             return a;
           case OP_FLUSH:

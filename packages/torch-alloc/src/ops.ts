@@ -28,6 +28,8 @@ export const OP_POOL_END = 14;
 export const OP_POOL_RELEASE = 15;
 /** (pool id first, second) -> its uses (0: none): getPoolUseCount. */
 export const OP_POOL_USE_COUNT = 16;
+/** (pool id first, second, address) -> 1 when a live block of the pool starts there, else 0; address 0: its live blocks (checkPoolLiveAllocations). */
+export const OP_POOL_LIVE = 17;
 export const STATUS_OOM = -1;
 export const STATUS_ERROR = -2;
 /** OP_ALLOC_CACHED: the policy cannot serve it without growing; the front cache gives its blocks back and asks OP_ALLOC. */

@@ -318,6 +318,13 @@ export class PrivatePools {
     return p.live.size === 0 ? this.dispose(p) : 0;
   }
 
+  /** Whether a live block of pool (a, b) starts at addr; addr 0: how many live blocks it has (checkPoolLiveAllocations). */
+  live(a: number, b: number, addr: number): number {
+    const p = this.byKey.get(idKey(a, b));
+    if (p === undefined) return 0;
+    return addr === 0 ? p.live.size : p.live.has(addr) ? 1 : 0;
+  }
+
   useCount(a: number, b: number): number {
     return this.byKey.get(idKey(a, b))?.useCount ?? 0;
   }

@@ -82,7 +82,8 @@ crash is then a failed case, not a lost run):
   restart                      a second start() with other settings, and start() after close(),
                                are refused naming why; the same settings again are a no-op
 
-  pools:<policy>                private pools (CUDA graphs, MemPool) under each built-in policy:
+  pools:<policy>, pools:vms:thread
+                               private pools (CUDA graphs, MemPool) under each built-in policy:
                                a pool's memory is its own (not the default pools' freed blocks,
                                and what it frees serves only it), kept through empty_cache,
                                shared by two "graphs" (a use each), given back to the engine
@@ -716,8 +717,8 @@ def hostile_mix(ops=20000, seed=11, speculate=False):
             r = rng.random()
             if speculate and i % 5 == 0:
                 time.sleep(0.0002)  # a kernel launch's gap: the JS thread drains and works ahead
-            if speculate and r < 0.45 and sum(v[0] for v in mine.values()) > 1024 * MiB:
-                r = 0.5  # bounded: a free instead (the in-order sizes hold more memory)
+            if r < 0.45 and sum(v[0] for v in mine.values()) > 1024 * MiB:
+                r = 0.5  # bounded: a free instead (allocs outnumber frees; the host device is half the free RAM)
             if r < 0.45 or not mine:
                 if speculate and rng.random() < 0.9:  # a step's sizes in order (what the foresight learns)
                     size, stream = STEP_SIZES[n_in_order % len(STEP_SIZES)], STREAMS[(n_in_order // len(STEP_SIZES)) % 2]
@@ -1059,6 +1060,9 @@ def pools(policy):
     assert st["private_pools"] == 1 and st["private_pool_in_use_bytes"] == 8 * MiB, st
     fill(t, 8 * MiB, 5)  # still mapped (a crash here fails the case)
     expect_intact(x, 8 * MiB, 2, "graph 1's output")
+    # cudagraph trees' check: the pool's live blocks are exactly graph 1's output
+    live = lambda p: native.lib.gmlake_pool_live(7, 0, p)  # noqa: E731
+    assert (live(None), live(x), live(t), live(d2)) == (1, 1, 0, 0), (live(None), live(x), live(t), live(d2))
     g2 = native.pool_begin((7, 0))  # graph 2 shares the pool (pool=graph1.pool())
     assert native.pool_use_count((7, 0)) == 2, native.pool_use_count((7, 0))
     t2 = checked_alloc(native, 8 * MiB, 6, g2, capturing=True)
@@ -1524,6 +1528,7 @@ CASES = {
 }
 for _p in ("caching", "expandable", "gmlake", "vms"):
     CASES[f"pools:{_p}"] = (lambda p: (lambda: pools(p)))(_p)
+CASES["pools:vms:thread"] = lambda: pools("vms")  # the pool calls through the one JS thread's mailbox
 CASES["pool-capture-frees"] = pool_capture_frees
 CASES["pool-capture-fails"] = pool_capture_fails
 CASES["pool-capture-needs-driver"] = pool_capture_needs_driver
@@ -1560,6 +1565,7 @@ ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times
        "budget-env": {"GMLAKE_MEMORY_FRACTION": "0.25"},
        "pool-reserve-env": {"GMLAKE_POOL_RESERVE_BYTES": str(32 * MiB)},
        "pool-reserve-env-bad": {"GMLAKE_POOL_RESERVE_BYTES": "lots"},
+       "pools:vms:thread": {"GMLAKE_THREADING": "thread"},
        "budget:vms:thread": {"GMLAKE_THREADING": "thread"},
        "budget-env-both": {"GMLAKE_MEMORY_FRACTION": "0.25", "GMLAKE_CAPACITY_BYTES": str(64 * MiB)},
        "budget-env-bad": {"GMLAKE_MEMORY_FRACTION": "half"},

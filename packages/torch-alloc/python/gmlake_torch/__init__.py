@@ -99,6 +99,8 @@ class _Native:
             lib.gmlake_pool_release.restype = ctypes.c_double
             lib.gmlake_pool_use_count.argtypes = pair
             lib.gmlake_pool_use_count.restype = ctypes.c_int
+            lib.gmlake_pool_live.argtypes = pair + [ctypes.c_void_p]
+            lib.gmlake_pool_live.restype = ctypes.c_int
         self.budgets = hasattr(lib, "gmlake_set_budget")  # a library from before the memory budget (a bundled baseline) has none
         if self.budgets:
             lib.gmlake_set_budget.argtypes = [ctypes.c_double, ctypes.c_int, ctypes.c_int]

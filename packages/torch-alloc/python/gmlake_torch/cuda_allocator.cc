@@ -37,6 +37,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -68,6 +69,7 @@ struct Api {
   void (*release_pool)(int, std::pair<unsigned long long, unsigned long long>) = nullptr;
   void (*create_pool)(int, std::pair<unsigned long long, unsigned long long>) = nullptr;
   int (*pool_use_count)(unsigned long long, unsigned long long) = nullptr;
+  int (*pool_live)(unsigned long long, unsigned long long, void*) = nullptr;
 };
 Api g_api;
 constexpr int kTextStats = 1;  // embed.h GmlakeTextOp
@@ -378,6 +380,17 @@ class StitchAllocator final : public CUDAAllocator {
   int getPoolUseCount(c10::DeviceIndex /*device*/, MempoolId_t mempool_id) {
     return g_api.pool_use_count != nullptr ? g_api.pool_use_count(mempool_id.first, mempool_id.second) : 0;
   }
+  // cudagraph trees' slow-path check: the pool's live blocks are exactly the storages they expect
+  bool checkPoolLiveAllocations(c10::DeviceIndex /*device*/, MempoolId_t mempool_id,
+                                const std::unordered_set<void*>& expected_live_allocations) {
+    TORCH_CHECK(g_api.pool_live != nullptr, "gmlake: checkPoolLiveAllocations needs a libgmlake_torch_alloc.so with private pools");
+    auto [a, b] = mempool_id;
+    if (g_api.pool_live(a, b, nullptr) != static_cast<int>(expected_live_allocations.size())) return false;
+    for (void* p : expected_live_allocations) {
+      if (g_api.pool_live(a, b, p) != 1) return false;
+    }
+    return true;
+  }
   void setUseOnOOM(c10::DeviceIndex /*device*/, MempoolId_t /*mempool_id*/) {
     Refused<void>("torch.cuda.MemPool(use_on_oom=True)");
   }
@@ -488,6 +501,7 @@ extern "C" __attribute__((visibility("default"))) int gmlake_native_install(cons
   G::g_api.release_pool = reinterpret_cast<decltype(G::g_api.release_pool)>(dlsym(lib, "gmlake_release_pool"));
   G::g_api.create_pool = reinterpret_cast<decltype(G::g_api.create_pool)>(dlsym(lib, "gmlake_create_pool"));
   G::g_api.pool_use_count = reinterpret_cast<decltype(G::g_api.pool_use_count)>(dlsym(lib, "gmlake_pool_use_count"));
+  G::g_api.pool_live = reinterpret_cast<decltype(G::g_api.pool_live)>(dlsym(lib, "gmlake_pool_live"));
   dlclose(lib);  // the reference NOLOAD took; ctypes keeps the library loaded
   if (!missing.empty()) return fail(std::string("gmlake: ") + lib_path + " lacks " + missing);
   G::g_allocator.device_ = device;
