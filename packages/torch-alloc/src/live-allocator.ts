@@ -148,6 +148,8 @@ export class LiveAllocator {
   readonly pools: PrivatePools;
   /** The most allocated bytes since the last pool window began or ended: what a capture begun now is expected to need is its rise over now. */
   private peakSinceMark = 0;
+  /** The largest allocation since that mark (a capture's reserve is taken in pieces no smaller). */
+  private largestSinceMark = 0;
   /** Frees of engine blocks that arrived while a capture was underway: made once none is (no engine call, so no driver call, during capture). */
   private readonly captureDeferred: Block[] = [];
   /** The memory budget the policy sees (capacityOf) and the driver calls meet. */
@@ -210,11 +212,13 @@ export class LiveAllocator {
     this.live.set(b.addr, b);
     const allocated = this.allocator.stats.allocatedBytes;
     if (allocated > this.peakSinceMark) this.peakSinceMark = allocated;
+    if (size > this.largestSinceMark) this.largestSinceMark = size;
     return b.addr;
   }
 
   private mark(): void {
     this.peakSinceMark = this.allocator.stats.allocatedBytes;
+    this.largestSinceMark = 0;
   }
 
   /**
@@ -224,7 +228,7 @@ export class LiveAllocator {
    */
   poolBegin(a: number, b: number, window: boolean): number {
     const expect = window ? Math.ceil(Math.max(0, this.peakSinceMark - this.allocator.stats.allocatedBytes) * 1.25) : 0;
-    const ordinal = this.pools.begin(a, b, window, expect);
+    const ordinal = this.pools.begin(a, b, window, expect, this.largestSinceMark);
     this.mark();
     return ordinal;
   }

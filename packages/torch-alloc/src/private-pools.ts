@@ -37,6 +37,8 @@ const ALIGN = 512;
 const MiB = 2 ** 20;
 /** The smallest block a pool takes from the engine outside capture (PyTorch's small-pool segment). */
 const MIN_SEGMENT = 2 * MiB;
+/** A reserve is taken in pieces of at least this (and of the largest allocation expected), so that what a capture leaves untouched goes back whole. */
+const RESERVE_PIECE = 64 * MiB;
 
 interface Segment {
   readonly block: Block;
@@ -186,7 +188,7 @@ export class PrivatePools {
    * capture: at least `expect` bytes free in the pool (the caller's estimate of what the
    * capture needs), the most a window of it needed before, and reserveBytes. Returns its ordinal.
    */
-  begin(a: number, b: number, window: boolean, expect = 0): number {
+  begin(a: number, b: number, window: boolean, expect = 0, largest = 0): number {
     const key = idKey(a, b);
     let p = this.byKey.get(key);
     if (p !== undefined && window && p.window) throw new Error(`beginAllocateToPool: already allocating to pool (${a}, ${b})`);
@@ -201,8 +203,14 @@ export class PrivatePools {
     if (!window) return p.ordinal;
     this.counts.begins++;
     p.open();
-    const want = Math.max(expect, p.need, this.reserveBytes) - p.freeBytes;
-    if (want > 0) this.grow(p, Math.ceil(want / MIN_SEGMENT) * MIN_SEGMENT, true);
+    let want = Math.max(expect, p.need, this.reserveBytes) - p.freeBytes;
+    // in pieces no smaller than the largest allocation expected: the pieces a capture never touches go back at its end
+    const piece = Math.ceil(Math.max(RESERVE_PIECE, largest) / MIN_SEGMENT) * MIN_SEGMENT;
+    while (want > 0) {
+      const n = Math.min(piece, Math.ceil(want / MIN_SEGMENT) * MIN_SEGMENT);
+      if (!this.grow(p, n, true)) break;
+      want -= p.segments[p.segments.length - 1]!.block.size;
+    }
     return p.ordinal;
   }
 

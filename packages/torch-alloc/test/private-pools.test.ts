@@ -106,6 +106,23 @@ describe("PrivatePools", () => {
     expect(e.held()).toBe(0);
   });
 
+  it("takes a large reserve in pieces (of the largest allocation expected, at least 64 MiB) and gives back those never touched", () => {
+    const e = engine();
+    const p = new PrivatePools(e);
+    const g = p.begin(5, 0, true, 300 * MiB, 10 * MiB);
+    expect(e.log.map((l) => l.split(" ")[1])).toEqual(["64", "64", "64", "64", "44"]);
+    const a = p.alloc(g, 10 * MiB, true);
+    p.end(g);
+    expect(e.held()).toBe(44 * MiB); // the piece the capture used (best fit: the smallest) stays the pool's
+    p.free(a);
+    const g2 = p.begin(6, 0, true, 100 * MiB, 80 * MiB); // an 80 MiB allocation expected: pieces of 80
+    expect(e.log.slice(-2).map((l) => l.split(" ")[1])).toEqual(["80", "20"]);
+    p.end(g2);
+    p.releasePool(5, 0);
+    p.releasePool(6, 0);
+    expect(e.held()).toBe(0);
+  });
+
   it("a capture that failed half-way: releasePool closes the window, the memory returns once its blocks are freed", () => {
     const e = engine();
     const p = new PrivatePools(e);
