@@ -1,42 +1,16 @@
 import { EventKind } from "@gmlake/trace";
-import { Block, mergeFree, releaseAvailableCachedBlocks, splitFront } from "../core/block.js";
-import { BlockPool } from "../core/block-pool.js";
-import type { MapAccess, PhysicalChunk as Chunk, PolicyContext } from "../core/policy-context.js";
+import { Block, releaseAvailableCachedBlocks } from "../core/block.js";
+import type { PhysicalChunk as Chunk } from "../core/policy-context.js";
 import { isDriverOom, StitchError } from "../core/errors.js";
 import type { Policy, PolicyInstance } from "../core/policy.js";
+import { PYTORCH_KNOBS } from "../core/pytorch-knobs.js";
 import { allocationSize, kSmallSize, roundSize } from "../core/rounding.js";
-import { CachingAllocator } from "./caching.js";
-import { PYTORCH_KNOBS, pytorchKnobs } from "../core/pytorch-knobs.js";
 import { PSegment, SBlock, SState } from "./gmlake-blocks.js";
-import { lowerBoundOf } from "../core/lower-bound.js";
+import { GmlakeState, type GmlakeOptions } from "./gmlake-state.js";
 
-const GiB = 2 ** 30;
+export type { GmlakeOptions };
 
 const MiB = 2 ** 20;
-
-/** GMLake's knobs under the original (environment variable) names. */
-export interface GmlakeOptions extends Record<string, unknown> {
-  /** 1 = stitching on; 0 = caching with chunk-backed pBlocks (no stitch, no sPool). */
-  vmmDefragment: number;
-  /** Stitch only requests of at least this many bytes (512 MiB in the latest code). */
-  fragLimit: number;
-  /** Reuse a free sBlock only if its size <= request x reuseLimit. */
-  reuseLimit: number;
-  /** 0 = stitch before allocating new memory; 1 = only after a new allocation failed; 2 = only after releasing the cache. */
-  defragLevel: number;
-  /** GiB of stitched virtual ranges that triggers a GC of free stitched blocks (the original's unit). */
-  autoGC: number;
-  /** 1 = the original's reAlloc variant: a new allocation creates only the bytes missing from the stream's free pBlocks and stitches. */
-  reAlloc: number;
-  /** Bytes of one physical chunk (one cuMemCreate); a multiple of the driver granularity. */
-  chunkSize: number;
-  /** 1 = one cuMemSetAccess per chunk mapped, as the original does; 0 = one per mapped range. */
-  setAccessPerChunk: number;
-  /** PyTorch settings (null = the trace's recorded ones). */
-  maxSplitSize: number | null;
-  maxNonSplitRounding: number | null;
-  roundupPower2Divisions: number[] | null;
-}
 
 /**
  * GMLake (ASPLOS'24) as its patch to PyTorch 2.0's caching allocator does it: small
@@ -49,79 +23,28 @@ export interface GmlakeOptions extends Record<string, unknown> {
  * (by the program, or held by an active sBlock), so only chunks that some sBlock maps
  * (`sMaps`) cost per-chunk work, and pBlocks of segments nothing stitched cost what
  * PyTorch's blocks cost.
+ *
+ * The paper's and its patch's names are kept; what each holds here (gmlake-state.ts has the fields):
+ *
+ *   name                     GMLake's              holds
+ *   pBlock (Block, PSegment) primitive block       chunks mapped side by side in one segment of one new allocation
+ *   sBlock (SBlock)          stitched/fused block  a virtual range of its own mapping the chunks of several pBlocks
+ *   large                    pPool                 free pBlocks by (stream, size, address)
+ *   sPool                    sPool                 wholly free sBlocks (their key blocks), by (stream, size, address)
+ *   small                    PyTorch's small pool  requests rounded to at most 1 MiB (CachingAllocator)
+ *   C, invC                  chunk size            bytes of one physical chunk (chunkSize), and 1 / C
+ *   activeS, freeS, fragS    -                     sBlocks handed out, wholly free (in the sPool), fragmented
+ *   segOf, idxOf, sMaps      -                     by chunk id: its segment, its index there, the sBlocks mapping it
+ *   SBlock.keep, .free       used/free blocks      chunks used through an active sBlock (a prefix), chunks used by none
+ *   stitchedBytes            total_fuse_size       virtual bytes of live sBlocks
+ *   mark, epoch              -                     chunks one reuse claims (mark[id] === epoch)
+ *   clock                    the free's event id   release order of sBlocks (SBlock.releasedAt), GC's order
+ *   rp2                      roundup_power2_divisions  PyTorch's rounding knob
+ *   S, p (locals)            -                     an sBlock, a pBlock
+ *   malloc's states 1-4      BestFit               reuse() is state 1's sBlock, stitch() state 2, allocNew() 3
+ *   free()                   StitchFree            a pBlock merges into the pPool; an sBlock gives back its held pBlocks
  */
-export class GmlakeAllocator implements PolicyInstance {
-  /** pPool: free pBlocks by (stream, size, address). */
-  readonly large = new BlockPool("pPool", false);
-  /** sPool: wholly free sBlocks by (stream, size, address) (keys: SBlock.key). */
-  readonly sPool = new BlockPool("sPool", false);
-  /** PyTorch's small pool, unchanged (requests rounded <= 1 MiB). */
-  readonly small: CachingAllocator;
-  private readonly ctx: PolicyContext;
-  private readonly C: number;
-  /** 1 / C: x * invC === x / C exactly when x is a multiple of C (the error of 1/C is below half an ulp of the quotient), and avoids a division on hot paths. */
-  private readonly invC: number;
-  private readonly vmm: boolean;
-  private readonly fragLimit: number;
-  private readonly reuseLimit: number;
-  private readonly defragLevel: number;
-  private readonly autoGcBytes: number;
-  private readonly reAlloc: boolean;
-  /** How mapChunks sets access (setAccessPerChunk). */
-  private readonly access: MapAccess;
-  private readonly maxSplit: number;
-  private readonly maxNonSplitRounding: number;
-  private readonly rp2: number[] | null;
-
-  private readonly segments = new Set<PSegment>();
-  private readonly freeS = new Set<SBlock>();
-  private readonly fragS = new Set<SBlock>();
-  private readonly activeS = new Set<SBlock>();
-  /** By chunk id: the segment and index of the chunk, and the sBlocks mapping it. */
-  private segOf: (PSegment | undefined)[] = [];
-  private idxOf: number[] = [];
-  private sMaps: (SBlock[] | undefined)[] = [];
-  private mark = new Int32Array(1024);
-  private epoch = 0;
-  private clock = 0;
-  /** Virtual bytes of live sBlocks (GMLake's total_fuse_size). */
-  stitchedBytes = 0;
-  private readonly n = {
-    stitches: 0,
-    stitchedChunks: 0,
-    sBlockReuses: 0,
-    gcRuns: 0,
-    gcBlocks: 0,
-    gcBytes: 0,
-    segmentsCreated: 0,
-    chunksCreated: 0,
-    peakStitchedBytes: 0,
-  };
-
-  constructor(ctx: PolicyContext, o: GmlakeOptions) {
-    this.ctx = ctx;
-    const g = ctx.device.granularity;
-    // the schema (gmlakePolicy.knobs) checked each value; the granularity is the device's
-    if (o.chunkSize % ctx.device.granularity !== 0) {
-      throw new StitchError("BAD_OPTION", `gmlake.chunkSize ${o.chunkSize} is not a multiple of the device granularity ${ctx.device.granularity}`);
-    }
-    this.C = o.chunkSize;
-    this.invC = 1 / this.C;
-    this.vmm = o.vmmDefragment > 0;
-    this.fragLimit = o.fragLimit;
-    this.reuseLimit = o.reuseLimit;
-    this.defragLevel = o.defragLevel;
-    this.autoGcBytes = o.autoGC * GiB;
-    this.reAlloc = o.reAlloc > 0;
-    this.access = o.setAccessPerChunk > 0 ? "each" : "range";
-    ({ maxSplit: this.maxSplit, maxNonSplitRounding: this.maxNonSplitRounding, rp2: this.rp2 } = pytorchKnobs(ctx.settings, o));
-    this.small = new CachingAllocator(ctx, {
-      maxSplitSize: o.maxSplitSize,
-      maxNonSplitRounding: o.maxNonSplitRounding,
-      roundupPower2Divisions: o.roundupPower2Divisions,
-    });
-  }
-
+export class GmlakeAllocator extends GmlakeState implements PolicyInstance {
   // ---------------------------------------------------------------- malloc
 
   malloc(size: number, stream: number): Block | null {
@@ -265,16 +188,6 @@ export class GmlakeAllocator implements PolicyInstance {
       }
       i = j;
     }
-  }
-
-  /** The pBlock containing chunk index i of seg. */
-  private ownerOf(seg: PSegment, i: number): Block {
-    const starts = seg.starts;
-    for (let k = i; k >= 0; k--) {
-      const b = starts[k];
-      if (b) return b;
-    }
-    throw new StitchError("INVARIANT", `gmlake: segment 0x${seg.base.toString(16)} has no block at chunk ${i}`);
   }
 
   /** The block handed to the program for an active sBlock: its used prefix (what it is charged). */
@@ -476,117 +389,6 @@ export class GmlakeAllocator implements PolicyInstance {
     return p;
   }
 
-  // ---------------------------------------------------------------- split, merge, chunk states
-
-  /** Split p (not in the pool): the returned block takes the lower `bytes`, p keeps the rest. */
-  private splitLow(p: Block, bytes: number): Block {
-    const seg = p.segment as PSegment;
-    const invC = this.invC;
-    const i = (p.addr - seg.base) * invC;
-    const a = splitFront(p, bytes);
-    seg.starts[i] = a;
-    seg.starts[i + bytes * invC] = p;
-    return a;
-  }
-
-  /** free_block: merge a free pBlock (not in the pool) with free neighbours and pool it. */
-  private mergeFree(p: Block): void {
-    const seg = p.segment as PSegment;
-    const start = p.addr;
-    p.allocated = false;
-    p.data = null;
-    this.slot = null;
-    mergeFree(p, this.takeOut);
-    if (p.addr !== start) seg.starts[(p.addr - seg.base) * this.invC] = p; // it absorbed the pBlock before it
-    // a neighbour may be free but out of the pool (a failed stitch's other pBlocks): then insert, as a delete would have been a no-op
-    const slot = this.slot;
-    this.slot = null;
-    if (slot === null || !this.large.replace(slot, p)) this.large.insert(p);
-  }
-
-  /** mergeFree: the pool slot p takes over (BlockPool.replace): often one search, not a delete and an insert. */
-  private slot: Block | null = null;
-
-  /** mergeFree's neighbour n leaves: the first keeps its pool slot for p, a second leaves the pool; the seam between them is no pBlock start. */
-  private readonly takeOut = (n: Block, p: Block): void => {
-    if (this.slot === null) this.slot = n;
-    else this.large.delete(n);
-    const seg = p.segment as PSegment;
-    seg.starts[((n === p.prev ? p.addr : n.addr) - seg.base) * this.invC] = null;
-  };
-
-  /** p's chunks became used (by `claimer`, or by the program): other sBlocks mapping them lose free chunks. */
-  private markUsed(p: Block, claimer: SBlock | null): void {
-    const seg = p.segment as PSegment;
-    if (seg.stitched === 0) return;
-    const invC = this.invC;
-    const i0 = (p.addr - seg.base) * invC;
-    const i1 = i0 + p.size * invC;
-    const idx = this.stitchedIdx(seg);
-    const lists = seg.sLists;
-    for (let k = lowerBoundOf(idx, i0); k < idx.length && idx[k]! < i1; k++) {
-      const list = lists[k]!;
-      for (let m = 0; m < list.length; m++) {
-        const S = list[m]!;
-        if (S === claimer) continue;
-        if (S.state === SState.free) {
-          this.sPool.delete(S.key);
-          this.freeS.delete(S);
-          S.state = SState.fragmented;
-          this.fragS.add(S);
-        }
-        S.free--;
-      }
-    }
-  }
-
-  /** p's chunks became free: other sBlocks mapping them gain free chunks; a fragmented one wholly free returns to the sPool. */
-  private markFree(p: Block, releaser: SBlock | null): void {
-    const seg = p.segment as PSegment;
-    if (seg.stitched === 0) return;
-    const invC = this.invC;
-    const i0 = (p.addr - seg.base) * invC;
-    const i1 = i0 + p.size * invC;
-    const idx = this.stitchedIdx(seg);
-    const lists = seg.sLists;
-    for (let k = lowerBoundOf(idx, i0); k < idx.length && idx[k]! < i1; k++) {
-      const list = lists[k]!;
-      for (let m = 0; m < list.length; m++) {
-        const S = list[m]!;
-        if (S === releaser) continue;
-        S.free++;
-        if (S.free === S.n && S.state === SState.fragmented && S.stream === p.stream) this.toFreePool(S);
-      }
-    }
-  }
-
-  /** Indices of seg's chunks that sBlocks map (rebuilt after a stitch or GC touched the segment). */
-  private stitchedIdx(seg: PSegment): Int32Array {
-    let idx = seg.sIdx;
-    if (idx === null) {
-      const out: number[] = [];
-      const lists: SBlock[][] = [];
-      const chunks = seg.chunks;
-      for (let i = 0; i < chunks.length; i++) {
-        const l = this.sMaps[chunks[i]!.id];
-        if (l !== undefined && l.length > 0) {
-          out.push(i);
-          lists.push(l);
-        }
-      }
-      seg.sLists = lists;
-      idx = seg.sIdx = Int32Array.from(out);
-    }
-    return idx;
-  }
-
-  private toFreePool(S: SBlock): void {
-    this.fragS.delete(S);
-    S.state = SState.free;
-    this.freeS.add(S);
-    this.sPool.insert(S.key);
-  }
-
   // ---------------------------------------------------------------- free (StitchFree)
 
   free(b: Block): void {
@@ -629,234 +431,6 @@ export class GmlakeAllocator implements PolicyInstance {
     }
   }
 
-  // ---------------------------------------------------------------- GC and release
-
-  /**
-   * garbage_collect_fused_blocks: unmap and address-free fragmented sBlocks in release
-   * order (time <= 1 with a required size: stop at 4^(time+1) x that size), then, for
-   * time > 0, every free sBlock. Physical chunks are never released here.
-   */
-  gc(time: number, requireSize: number): number {
-    let garbage = 0;
-    let blocks = 0;
-    const byRelease = (a: SBlock, b: SBlock) => a.releasedAt - b.releasedAt;
-    for (const S of [...this.fragS].sort(byRelease)) {
-      garbage += S.size;
-      blocks++;
-      this.gcOne(S);
-      if (requireSize > 0 && time <= 1 && garbage >= requireSize * 4 ** (time + 1)) break;
-    }
-    if (time > 0) {
-      for (const S of [...this.freeS].sort(byRelease)) {
-        garbage += S.size;
-        blocks++;
-        this.gcOne(S);
-      }
-    }
-    this.n.gcRuns++;
-    this.n.gcBlocks += blocks;
-    this.n.gcBytes += garbage;
-    if (blocks > 0) this.ctx.record(EventKind.gc, 0, garbage, 0, blocks);
-    return garbage;
-  }
-
-  /** Unmap an sBlock (not active) and free its range. */
-  private gcOne(S: SBlock): void {
-    const C = this.C;
-    const chunks = S.chunks;
-    let j = 0;
-    while (j < S.n) {
-      if (chunks[j] === null) {
-        j++;
-        continue;
-      }
-      let e = j + 1;
-      while (e < S.n && chunks[e] !== null) e++;
-      this.ctx.unmapChunks(S.addr + j * C, (j === 0 && e === S.n ? chunks : chunks.slice(j, e)) as Chunk[], S.stream);
-      j = e;
-    }
-    this.ctx.reserveFree(S.addr, S.size);
-    for (const c of chunks) if (c !== null) this.unlink(S, c);
-    if (S.state === SState.free) {
-      this.sPool.delete(S.key);
-      this.freeS.delete(S);
-    } else if (S.state === SState.fragmented) {
-      this.fragS.delete(S);
-    }
-    S.state = SState.dead;
-    this.stitchedBytes -= S.size;
-  }
-
-  private unlink(S: SBlock, c: Chunk): void {
-    const list = this.sMaps[c.id]!;
-    const k = list.indexOf(S);
-    list[k] = list[list.length - 1]!;
-    list.pop();
-    const seg = this.segOf[c.id]!;
-    seg.stitched--;
-    seg.sIdx = null;
-  }
-
-  /** release_block of a whole free pBlock: sBlocks mapping its chunks are collected (active ones lose the chunk and are collected at their free). */
-  private releasePBlock(p: Block): void {
-    this.large.delete(p);
-    const seg = p.segment as PSegment;
-    const C = this.C;
-    if (seg.stitched > 0) {
-      for (const c of seg.chunks) {
-        const list = this.sMaps[c.id];
-        while (list !== undefined && list.length > 0) {
-          const S = list[list.length - 1]!;
-          if (S.state === SState.active) {
-            const j = S.chunks.indexOf(c);
-            this.ctx.unmapChunks(S.addr + j * C, [c], S.stream);
-            S.chunks[j] = null;
-            S.toGc = true;
-            this.unlink(S, c);
-          } else {
-            this.gcOne(S);
-          }
-        }
-      }
-    }
-    this.ctx.unmapChunks(seg.base, seg.chunks, seg.stream);
-    this.ctx.reserveFree(seg.base, seg.size);
-    for (const c of seg.chunks) {
-      this.sMaps[c.id] = undefined;
-      this.segOf[c.id] = undefined;
-      this.ctx.releaseChunk(c);
-    }
-    this.segments.delete(seg);
-    this.ctx.segmentUnmapped(seg.base, seg.size, seg.stream);
-  }
-
-  /** release_cached_blocks: every whole free pBlock (with the sBlocks mapping it), then the small pool's free segments. */
-  releaseCachedBlocks(): void {
-    for (const b of this.large.toArray()) if (b.prev === null && b.next === null) this.releasePBlock(b);
-    this.small.releaseCachedBlocks();
-  }
-
-  emptyCache(): void {
-    this.releaseCachedBlocks();
-    this.gc(2, 0);
-  }
-
-  teardown(): void {
-    this.emptyCache();
-  }
-
-  private growMark(): void {
-    const need = this.segOf.length;
-    if (this.mark.length < need) {
-      const m = new Int32Array(Math.max(need, this.mark.length * 2));
-      m.set(this.mark);
-      this.mark = m;
-    }
-  }
-
-  // ---------------------------------------------------------------- checks and counters
-
-  counters(): Record<string, number> {
-    return { ...this.n, stitchedBytes: this.stitchedBytes, fragmentedSBlocks: this.fragS.size, freeSBlocks: this.freeS.size };
-  }
-
-  check(): string | null {
-    const m = this.small.check() ?? this.large.checkOrder() ?? this.sPool.checkOrder();
-    if (m) return m;
-    const C = this.C;
-    const hex = (a: number) => "0x" + a.toString(16);
-    let pairs = 0;
-    const ownerOf: (Block | undefined)[] = []; // by chunk id, filled while walking the chains
-    // pBlocks: chains tile their segment; pool membership; starts[]; held blocks point at active sBlocks.
-    for (const seg of this.segments) {
-      let b: Block | null = seg.starts[0] ?? null;
-      if (b === null || b.prev !== null) return `segment ${hex(seg.base)}: no head block`;
-      let at = seg.base;
-      for (; b !== null; b = b.next) {
-        if (b.addr !== at || b.size <= 0 || b.size % C !== 0) return `segment ${hex(seg.base)}: broken chain at ${hex(at)}`;
-        if (b.segment !== seg) return `block ${hex(b.addr)} points at another segment`;
-        const i0: number = (b.addr - seg.base) / C;
-        if (seg.starts[i0] !== b) return `segment ${hex(seg.base)}: starts[${i0}] is not the block there`;
-        for (let i = i0 + 1; i < i0 + b.size / C; i++) if (seg.starts[i] !== null) return `segment ${hex(seg.base)}: stale starts[${i}]`;
-        for (let i = i0; i < i0 + b.size / C; i++) ownerOf[seg.chunks[i]!.id] = b;
-        const inPool = this.large.has(b);
-        if (b.allocated === inPool) return `pBlock ${hex(b.addr)}: allocated=${b.allocated} but in pPool=${inPool}`;
-        if (!b.allocated && b.next !== null && !b.next.allocated) return `pBlock ${hex(b.addr)}: unmerged free neighbour`;
-        if (b.data !== null) {
-          const S = b.data as SBlock;
-          if (!(S instanceof SBlock) || S.state !== SState.active || !S.held.includes(b)) return `pBlock ${hex(b.addr)}: held by a block that is not an active sBlock`;
-        }
-        at = b.addr + b.size;
-      }
-      if (at !== seg.base + seg.size) return `segment ${hex(seg.base)}: chain ends at ${hex(at)}`;
-      let stitched = 0;
-      for (let i = 0; i < seg.chunks.length; i++) {
-        const c = seg.chunks[i]!;
-        if (!c.live || this.segOf[c.id] !== seg || this.idxOf[c.id] !== i) return `chunk ${c.id}: wrong segment index`;
-        if (!c.mappings.includes(seg.base + i * C)) return `chunk ${c.id}: not mapped in its segment`;
-        const list = this.sMaps[c.id] ?? [];
-        if (c.mappings.length !== 1 + list.length) return `chunk ${c.id}: ${c.mappings.length} mappings, 1 + ${list.length} mappers`;
-        for (const S of list) {
-          const j = S.chunks.indexOf(c);
-          if (j < 0 || S.state === SState.dead || !c.mappings.includes(S.addr + j * C)) return `chunk ${c.id}: mapper sBlock ${hex(S.addr)} does not map it`;
-        }
-        stitched += list.length;
-      }
-      if (stitched !== seg.stitched) return `segment ${hex(seg.base)}: stitched ${seg.stitched} != ${stitched}`;
-      if (seg.sIdx !== null) {
-        const want: number[] = [];
-        for (let i = 0; i < seg.chunks.length; i++) if ((this.sMaps[seg.chunks[i]!.id]?.length ?? 0) > 0) want.push(i);
-        if (want.join() !== Array.from(seg.sIdx).join()) return `segment ${hex(seg.base)}: stale stitched-chunk index`;
-        for (let k = 0; k < want.length; k++) {
-          if (seg.sLists[k] !== this.sMaps[seg.chunks[want[k]!]!.id]) return `segment ${hex(seg.base)}: stale mapper list at chunk ${want[k]}`;
-        }
-      }
-      pairs += stitched;
-    }
-    // sBlocks: state sets, free counts against the pBlocks' states, held = used prefix.
-    let bytes = 0;
-    let mapped = 0;
-    const used = (c: Chunk) => ownerOf[c.id]!.allocated;
-    for (const [set, st] of [
-      [this.activeS, SState.active],
-      [this.freeS, SState.free],
-      [this.fragS, SState.fragmented],
-    ] as const) {
-      for (const S of set) {
-        if (S.state !== st) return `sBlock ${hex(S.addr)}: state ${S.state} in set of ${st}`;
-        bytes += S.size;
-        let free = 0;
-        for (let j = 0; j < S.n; j++) {
-          const c = S.chunks[j];
-          if (c === null) continue;
-          mapped++;
-          if (!c.live || ownerOf[c.id] === undefined) return `sBlock ${hex(S.addr)} maps a chunk of no live segment`;
-          if (!used(c)) free++;
-          if (st === SState.active && j < S.keep) {
-            if (ownerOf[c.id]!.data !== S) return `sBlock ${hex(S.addr)}: used chunk ${j} not in a pBlock it holds`;
-          }
-        }
-        if (!S.toGc && free !== S.free) return `sBlock ${hex(S.addr)}: free ${S.free} != ${free}`;
-        if (st === SState.free && (free !== S.n || !this.sPool.has(S.key))) return `sBlock ${hex(S.addr)}: free but not wholly free or not in sPool`;
-        if (st === SState.fragmented && this.sPool.has(S.key)) return `sBlock ${hex(S.addr)}: fragmented and in sPool`;
-        if (st === SState.active) {
-          let heldChunks = 0;
-          for (const p of S.held) heldChunks += p.size / C;
-          if (heldChunks !== S.keep) return `sBlock ${hex(S.addr)}: holds ${heldChunks} chunks, uses ${S.keep}`;
-          if (S.toGc !== S.chunks.includes(null)) return `sBlock ${hex(S.addr)}: toGc inconsistent`;
-        } else if (S.toGc) return `sBlock ${hex(S.addr)}: free but marked toGc`;
-      }
-    }
-    if (mapped !== pairs) return `sBlocks map ${mapped} chunks, chunks list ${pairs} sBlock mappers`;
-    if (bytes !== this.stitchedBytes) return `stitched bytes ${this.stitchedBytes} != live sBlocks ${bytes}`;
-    if (this.sPool.size !== this.freeS.size) return `sPool holds ${this.sPool.size}, free sBlocks ${this.freeS.size}`;
-    let chunkBytes = 0;
-    for (const seg of this.segments) chunkBytes += seg.size;
-    if (chunkBytes + this.ctx.plainSegmentBytes !== this.ctx.reservedBytes) {
-      return `reserved ${this.ctx.reservedBytes} != pBlock segments ${chunkBytes} + small segments ${this.ctx.plainSegmentBytes}`;
-    }
-    return null;
-  }
 }
 
 export const gmlakePolicy: Policy<GmlakeOptions> = {
