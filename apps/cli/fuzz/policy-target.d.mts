@@ -1,0 +1,3 @@
+export function fuzzOne(data: Uint8Array): void;
+export function seeds(): Uint8Array[];
+export const dictionary: Uint8Array[];
