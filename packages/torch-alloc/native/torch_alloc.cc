@@ -583,14 +583,15 @@ GMLAKE_EXPORT void gmlake_end_allocate_to_pool(int /*device*/, std::pair<unsigne
 }
 
 /**
- * set_release_pool: a graph (or MemPool) using the pool is gone; a window still open (a
- * capture that failed half-way) closes. Frees cannot fail towards PyTorch: a refusal is said.
+ * set_release_pool: a graph (or MemPool) using the pool is gone; at its last use a window
+ * still open (a capture that failed half-way) closes. Cannot fail towards PyTorch: a refusal is said.
  */
 GMLAKE_EXPORT void gmlake_release_pool(int /*device*/, std::pair<unsigned long long, unsigned long long> pool) {
-  if (TakeWindow(pool) > 0) FlushDeferred();
   if (g_call != nullptr && gmlake_pool_release(pool.first, pool.second) < 0) {
     std::fprintf(stderr, "gmlake: releasePool(%llu, %llu) failed: %s\n", pool.first, pool.second, t_error.c_str());
   }
+  // a window still open with no use left (another graph may capture into a pool that keeps uses)
+  if (gmlake_pool_use_count(pool.first, pool.second) == 0 && TakeWindow(pool) >= 0) FlushDeferred();
 }
 
 /** createOrIncrefPool (torch.cuda.MemPool): pool (first, second) created with one use, or one use more. Throws when refused. */

@@ -113,7 +113,9 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))
+# GMLAKE_TEST_INSTALLED=1: the installed gmlake_torch (the wheel's, scripts/wheel/test.sh), not ../python
+if os.environ.get("GMLAKE_TEST_INSTALLED") != "1":
+    sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import gmlake_torch  # noqa: E402
 
 MiB = 1 << 20
@@ -1146,6 +1148,19 @@ def pool_capture_fails():
     native.pool_end(g)
     native.pool_release((4, 0))
     native.pool_release((4, 0))  # one release too many: nothing happens
+    # graph A's reset while graph B captures into the same pool: B's window stays open
+    ga = native.pool_begin((12, 0))
+    native.pool_end(ga)
+    gb = native.pool_begin((12, 0))
+    native.pool_release((12, 0))
+    try:
+        native.pool_begin((12, 0))
+        raise AssertionError("graph A's release closed graph B's window")
+    except gmlake_torch.GmlakeError as e:
+        assert "already allocating" in str(e), str(e)
+    native.pool_end(gb)
+    native.pool_release((12, 0))
+    assert pool_state()["private_pools"] == 0, pool_state()
     close_clean()
     print(json.dumps({"case": "pool-capture-fails"}))
 
