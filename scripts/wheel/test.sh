@@ -61,6 +61,11 @@ gmlake-torch --version | grep -q "gmlake_torch $(python -c 'import json, sys; pr
 
 cp "$root/packages/torch-alloc/test/python_api.py" "$tmp/python_api.py"
 GMLAKE_TEST_INSTALLED=1 python "$tmp/python_api.py" || fail "python_api.py against the installed copy"
+# the CPU harness's cases that need nothing of the source tree, against the installed copy (host driver)
+cp "$root/packages/torch-alloc/test/harness.py" "$tmp/harness.py"
+GMLAKE_TEST_INSTALLED=1 python "$tmp/harness.py" stress:caching:locker stress:vms:thread stress:vms:locker stress:vms-tight:locker \
+  oom budget:vms bad-free front-cache-fuzz pools:vms restart >harness.out 2>&1 || { cat harness.out >&2; fail "the harness against the installed copy"; }
+echo "harness against the installed copy: $(python -c 'import sys; print(open(sys.argv[1]).read().splitlines()[-1])' harness.out)"
 
 pip uninstall -y -q gmlake_torch >/dev/null 2>&1 || fail "pip uninstall"
 [ ! -e "$site/gmlake_torch_autoenable.pth" ] && [ ! -e "$site/gmlake_torch" ] || fail "pip uninstall left files behind"

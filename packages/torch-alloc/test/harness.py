@@ -1060,6 +1060,8 @@ def pools(policy):
     native.empty_cache()  # the pool's free memory stays: a graph replays into it
     st = pool_state()
     assert st["private_pools"] == 1 and st["private_pool_in_use_bytes"] == 8 * MiB, st
+    # allocated: the live blocks (d2, and x in the pool), not the pool's free memory
+    assert gmlake_torch.stats()["allocated_bytes.all.current"] == 16 * MiB, gmlake_torch.stats()["allocated_bytes.all.current"]
     fill(t, 8 * MiB, 5)  # still mapped (a crash here fails the case)
     expect_intact(x, 8 * MiB, 2, "graph 1's output")
     # cudagraph trees' check: the pool's live blocks are exactly graph 1's output
