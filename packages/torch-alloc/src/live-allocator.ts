@@ -345,8 +345,12 @@ export class LiveAllocator {
   /** The engine's statistics under torch.cuda.memory_stats()'s names, plus the engine's own. */
   stats(): Record<string, unknown> {
     const d = this.driver.stats();
+    const torch = this.allocator.stats.toTorch();
+    // what the pools hold outside their live blocks is reserved, not allocated, as PyTorch counts a private pool's cached blocks (the peaks still include it)
+    const slack = this.pools.slackBytes();
+    for (const k of ["allocated_bytes.all.current", "active_bytes.all.current", "requested_bytes.all.current"]) torch[k] = torch[k]! - slack;
     return {
-      ...this.allocator.stats.toTorch(),
+      ...torch,
       // requests that failed (the engine also counts the first try of each retried one)
       num_ooms: this.counts.ooms,
       num_device_alloc: d.calls.memCreate + d.calls.memAlloc,

@@ -362,6 +362,13 @@ export class PrivatePools {
     return n;
   }
 
+  /** Bytes the pools hold from the engine outside their live blocks (allocated in the engine's books, free to PyTorch). */
+  slackBytes(): number {
+    let n = 0;
+    for (const p of this.byKey.values()) n += p.reserved - p.inUse;
+    return n;
+  }
+
   stats(): Record<string, unknown> {
     let reserved = 0;
     let inUse = 0;
