@@ -102,6 +102,14 @@ describe.skipIf(!haveTraces)("gmlake-bench --gpus on simulated GPUs", () => {
     const pinned = bench([...args, "--only", "train_default", "--gpus", "1,2", "--out", join(dir, "pinned")], { GMLAKE_BENCH_FAKE_GPUS: "3", CUDA_VISIBLE_DEVICES: "5,7,9" });
     expect(pinned.status, pinned.stderr).toBe(0);
     expect(pinned.seen.filter((s) => s.env.NCCL_NVLS_ENABLE !== null).map((s) => s.env.CUDA_VISIBLE_DEVICES).sort()).toEqual(["7", "9"]);
+    // the host driver (real memory, every block pattern-checked) on simulated GPUs too
+    const host = bench(["--traces", SMALL, "--only", "train_default", "--drivers", "host", "--policies", "caching,vms", "--out", join(dir, "host")], { GMLAKE_BENCH_FAKE_GPUS: "2" });
+    expect(host.status, host.stderr).toBe(0);
+    const h = JSON.parse(readFileSync(join(dir, "host", "results.json"), "utf8"));
+    expect(h.results.map((r: { driver: string; gpu: number; integrityChecked: number; integrityErrors: number }) => [r.driver, r.gpu, r.integrityChecked > 0, r.integrityErrors])).toEqual([
+      ["host", 0, true, 0],
+      ["host", 1, true, 0],
+    ]);
   }, 180_000);
 
   it("a worker that dies: one line naming its GPU, exit 1, nothing written, the other workers gone", () => {
