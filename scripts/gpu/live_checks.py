@@ -8,8 +8,9 @@ usage: python3 live_checks.py CHECK [--policy P] [--knobs k=v,...] [--seconds S]
            torch.cuda.memory_stats's names, snapshot() written
   oom      under a 2 GiB cap, a 4 GiB tensor raises torch.cuda.OutOfMemoryError (or the
            RuntimeError "CUDA out of memory" without the shim) and training goes on
-  capture  an allocation during CUDA-graph capture is refused with a clear error (ours, or
-           PyTorch's before it reaches ours), and the allocator is still usable after
+  capture  a graph captured (warm-up first) and replayed from its private pool with the right
+           values; an allocation its pool cannot serve during capture (1 GiB) is refused with
+           ours' clear error, and the allocator is still usable after
   micro    per-call cost: alloc+free pairs through torch.cuda.caching_allocator_alloc /
            caching_allocator_delete (a window of 64 live blocks, sizes 512 B .. 64 MiB),
            each pair timed; then the same pairs from C++ (libgmlake_pair_bench.so, through
@@ -147,20 +148,30 @@ if args.check == "oom":
 if args.check == "capture":
     ours.enable(args.policy, **knobs)
     x = torch.ones(1024, device="cuda")
-    g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y = x * 2 + 1  # warm-up, as PyTorch asks before a capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = x * 2 + 1  # allocates during capture: from the graph's private pool
+    x.fill_(2)
+    g.replay()
+    replayed = float(y.sum().item()) == 5 * 1024
+    # what the pool cannot serve without a driver call during capture is refused with a clear error
     err = None
+    g2 = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.stream(s):
-            with torch.cuda.graph(g):
-                y = x * 2 + 1  # allocates during capture
+        with torch.cuda.graph(g2):
+            big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     except RuntimeError as e:
         err = str(e)
     torch.cuda.synchronize()
     z = torch.ones(4096, device="cuda") * 3  # usable after
-    # Refused either by ours (no driver call during capture) or by PyTorch before it asks us.
-    ok = err is not None and float(z.sum().item()) == 3 * 4096
-    done(ok, refused_by="gmlake" if err and "gmlake" in err else "pytorch", error=err[:400] if err else None)
+    ok = replayed and err is not None and "no driver call during capture" in err and float(z.sum().item()) == 3 * 4096
+    pools = {k: ours.stats().get(k) for k in ("private_pools", "private_pool_reserved_bytes", "private_pool_calls")}
+    done(ok, replayed=replayed, error=err[:400] if err else None, pools=pools)
 
 
 if args.check == "layout":
