@@ -425,7 +425,7 @@ export class LiveAllocator {
     if (this.closed) return { liveBlocksFreed: 0, leaks: null };
     this.stamp();
     this.closed = true;
-    const n = this.live.size + this.pools.closeAll() + this.captureDeferred.length;
+    const n = this.live.size + this.pools.closeAll();
     for (const b of this.captureDeferred.splice(0)) this.allocator.free(b);
     this.allocator.close();
     this.live.clear();
