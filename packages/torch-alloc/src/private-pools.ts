@@ -168,6 +168,11 @@ export class PrivatePools {
   private readonly byKey = new Map<string, Pool>();
   private readonly byOrdinal = new Map<number, Pool>();
   private nextOrdinal = 1;
+  /**
+   * Ordinals of pools gone: a new pool takes one, and so the stream key whose memory (an arena
+   * under vms) the engine keeps for it, instead of a new key per graph ever captured.
+   */
+  private readonly freeOrdinals: number[] = [];
   /** Pools whose open window allocated during a capture (frees of other blocks wait for it: no engine call during capture). */
   capturing = 0;
   readonly counts = { begins: 0, ends: 0, releases: 0, poolAllocs: 0, poolFrees: 0, segmentsTaken: 0, bytesReturned: 0, captureRefusals: 0 };
@@ -193,7 +198,7 @@ export class PrivatePools {
     let p = this.byKey.get(key);
     if (p !== undefined && window && p.window) throw new Error(`beginAllocateToPool: already allocating to pool (${a}, ${b})`);
     if (p === undefined) {
-      const ordinal = this.nextOrdinal++;
+      const ordinal = this.freeOrdinals.length > 0 ? this.freeOrdinals.pop()! : this.nextOrdinal++;
       p = new Pool(key, ordinal, poolStreamKey(ordinal, 0));
       this.byKey.set(key, p);
       this.byOrdinal.set(p.ordinal, p);
@@ -346,6 +351,7 @@ export class PrivatePools {
     p.segments.length = 0;
     this.byKey.delete(p.key);
     this.byOrdinal.delete(p.ordinal);
+    this.freeOrdinals.push(p.ordinal);
     this.counts.bytesReturned += n;
     return n;
   }

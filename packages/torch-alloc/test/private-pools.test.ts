@@ -123,6 +123,21 @@ describe("PrivatePools", () => {
     expect(e.held()).toBe(0);
   });
 
+  it("a new pool takes the stream key of a pool gone (its memory stays with that key in the engine)", () => {
+    const e = engine();
+    const p = new PrivatePools(e);
+    const g = p.begin(1, 0, true, 2 * MiB);
+    p.free(p.alloc(g, MiB, true));
+    p.end(g);
+    const other = p.begin(2, 0, true, 2 * MiB); // a second pool, still there
+    p.releasePool(1, 0); // pool 1 gone
+    const h = p.begin(3, 0, true, 2 * MiB);
+    expect(h).toBe(g);
+    expect(other).not.toBe(g);
+    const key1 = -(2 ** 32 + 1);
+    expect(e.log).toEqual([`take 2 ${key1}`, `take 2 ${-(2 * 2 ** 32 + 1)}`, "give 2", `take 2 ${key1}`]);
+  });
+
   it("a capture that failed half-way: releasePool closes the window, the memory returns once its blocks are freed", () => {
     const e = engine();
     const p = new PrivatePools(e);
