@@ -58,7 +58,7 @@ export function howToRun(policy: string, recordedConf: string): { howToRun: stri
     case "gmlake":
       return { howToRun: "GMLake's patched PyTorch, or our live allocator", inPyTorch: false };
     default:
-      return { howToRun: "our live allocator (CUDAPluggableAllocator)", inPyTorch: false };
+      return { howToRun: `our live allocator (the gmlake_torch wheel, GMLAKE_POLICY=${policy})`, inPyTorch: false };
   }
 }
 
