@@ -7,7 +7,7 @@ import { MiB } from "./helpers.js";
 /**
  * What the fuzz target of generated outside policies (apps/cli/fuzz/policy-target.mjs) found
  * past the guard: each ends in a PolicyFault now, never an engine error or a block handed out
- * in memory that is not mapped.
+ * in memory that is not mapped, or across two reservations or segments.
  */
 
 function faultOf(f: () => unknown): PolicyFault {
@@ -60,6 +60,31 @@ describe("the guard past the probe's cases", () => {
     const x = a.malloc(MiB);
     a.malloc(MiB);
     expect(faultOf(() => a.free(x)).rule).toBe("mutated");
+  });
+
+  it("a block across two reservations (each mapped, neither live) is refused: no copy or kernel may cross", () => {
+    const kept: Block[] = [];
+    const p = {
+      ...freshChunks,
+      name: "spans",
+      create: (ctx, o) => {
+        const inst = freshChunks.create(ctx, o);
+        const m = inst.malloc.bind(inst);
+        inst.malloc = (s, st) => {
+          if (kept.length === 2) return new Block(kept[0]!.end - 512, 1024, st, null);
+          const b = m(s, st);
+          if (b !== null) kept.push(b);
+          return b;
+        };
+        inst.free = () => {}; // keeps its memory mapped
+        return inst;
+      },
+    } as Policy;
+    const a = new Allocator(p, new SimDriver(), { recorder: null });
+    a.free(a.malloc(MiB));
+    a.free(a.malloc(MiB));
+    expect(kept[1]!.addr).toBe(kept[0]!.end); // side by side: only the reservations' bounds tell them apart
+    expect(faultOf(() => a.malloc(1024)).rule).toBe("spans");
   });
 
   it("an unmap that fails part way takes what it unmapped off the books: that memory is not handed out again", () => {

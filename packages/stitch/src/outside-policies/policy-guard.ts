@@ -84,7 +84,7 @@ function isBlock(b: unknown): b is Block {
  * Rules for a block from malloc / mallocCached: a Block (not a look-alike object); integer
  * address and size; size >= the request rounded to 512 B (PyTorch's kMinBlockSize, the
  * least any of its allocators charges); address 512 B aligned; inside memory the context
- * mapped; overlapping no live block, virtually or through another mapping of the same chunk;
+ * mapped, and inside one of its reservations or segments; overlapping no live block, virtually or through another mapping of the same chunk;
  * not live already; unchanged (address, size, stream) until its free.
  */
 export class PolicyGuard {
@@ -95,6 +95,8 @@ export class PolicyGuard {
   private readonly ctx: AllocatorContext;
   /** Mapped and cudaMalloc'd ranges: the chunk mapped there, or null for a plain segment. */
   readonly mapped = new RangeSet<Chunk | null>();
+  /** Its reservations and plain segments: a block lies inside one (a copy or kernel cannot cross into the next). */
+  readonly regions = new RangeSet<null>();
   private readonly live = new RangeSet<Block>();
   /** Live block -> its slot in the arrays below: what was served. */
   private readonly served = new Map<Block, number>();
@@ -202,6 +204,10 @@ export class PolicyGuard {
       throw this.fault("shared-physical", `${where(call, size, stream)} returned [${hex(addr)}, +${bytes}) whose chunk ${id} also backs the live block at ${hex(other)}`);
     }
     if (gap < end) throw this.fault("unmapped", `${where(call, size, stream)} returned [${hex(addr)}, +${bytes}) of which ${hex(gap)} is not memory its context mapped`);
+    const region = this.regions.at(addr);
+    if (region === null || region[1] < end) {
+      throw this.fault("spans", `${where(call, size, stream)} returned [${hex(addr)}, +${bytes}) across the end of its reservation or segment at ${region === null ? "?" : hex(region[1])}`);
+    }
     this.live.add(addr, end, b);
     // what was served, in number arrays by slot (a record object per block was a tenth of the time, in GC)
     const slot = this.spare.length > 0 ? this.spare.pop()! : this.sAddr.length;
@@ -356,13 +362,17 @@ class GuardedView implements PolicyContext {
   }
   segmentAlloc(size: number, stream: number): number {
     const a = this.#v.segmentAlloc(size, stream);
-    if (a >= 0) this.#g.mapped.add(a, a + size, null);
+    if (a >= 0) {
+      this.#g.mapped.add(a, a + size, null);
+      this.#g.regions.add(a, a + size, null);
+    }
     return a;
   }
   segmentFree(addr: number, size: number, stream: number): void {
     this.#g.segmentFree(addr, size);
     this.#v.segmentFree(addr, size, stream);
     this.#g.mapped.remove(addr);
+    this.#g.regions.remove(addr);
   }
   createChunk(size: number, tentative = false): PhysicalChunk | null {
     return this.#v.createChunk(size, tentative);
@@ -374,11 +384,14 @@ class GuardedView implements PolicyContext {
     this.#v.releaseChunk(chunk);
   }
   reserve(size: number, alignment = 0): number {
-    return this.#v.reserve(size, alignment);
+    const a = this.#v.reserve(size, alignment);
+    if (Number.isSafeInteger(a) && a >= 0) this.#g.regions.add(a, a + size, null);
+    return a;
   }
   reserveFree(addr: number, size: number): void {
     this.#g.reserveFree(addr, size);
     this.#v.reserveFree(addr, size);
+    this.#g.regions.remove(addr);
   }
   mapChunks(addr: number, chunks: readonly PhysicalChunk[], stream = 0, access: MapAccess = "range"): number {
     const bytes = this.#v.mapChunks(addr, chunks, stream, access);
