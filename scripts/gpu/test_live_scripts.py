@@ -1767,11 +1767,19 @@ class GraphsCheck(unittest.TestCase):
             self.assertIn("| manual | ours:vms@native | NO | - | - | - | - | no result (exit 124)", md)
             self.assertIn("failed or different from PyTorch default: manual ours:vms@native, manual ours:caching@pluggable, "
                           "generate ours:vms@native, generate ours:caching@pluggable", md)
+            # the time budget: once spent, no run starts; the rows say so and the table is still written
+            p = self.run_check(d, FAKE_HANG="ours:vms@native", TIMEOUT_S="2", BUDGET_S="1")
+            self.assertEqual(p.returncode, 1, p.stdout[-2000:] + p.stderr[-2000:])
+            md, rows = self.read(d)
+            self.assertEqual([r["allocator"] for r in rows if "skipped" in r.get("error", "")],
+                             ["ours:caching@pluggable", "pytorch", "pytorch-expandable", "ours:vms@native", "ours:caching@pluggable"])
+            self.assertIn("| generate | pytorch | NO | - | - | - | - | skipped: BUDGET_S=1 spent |", md)
 
     def test_bad_input_one_line_exit_2(self):
         with tempfile.TemporaryDirectory() as d:
             for env, says in (({"CASES": "manual bogus"}, "unknown case 'bogus'"), ({"STEPS": "0"}, "STEPS must be a positive whole number"),
-                              ({"ALLOCATORS": "pytorch ours"}, "unknown allocator 'ours'"), ({"TIMEOUT_S": "soon"}, "TIMEOUT_S must be")):
+                              ({"ALLOCATORS": "pytorch ours"}, "unknown allocator 'ours'"), ({"TIMEOUT_S": "soon"}, "TIMEOUT_S must be"),
+                              ({"BUDGET_S": "-1"}, "BUDGET_S must be")):
                 p = self.run_check(d, **env)
                 self.assertEqual(p.returncode, 2, (env, p.stderr))
                 self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
