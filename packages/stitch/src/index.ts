@@ -1,3 +1,14 @@
+// @gmlake/stitch, one folder a part:
+//   core/              the engine (Allocator), the context a policy gets, Block and BlockPool with split and
+//                      merge, the policy registry, knobs, rounding, errors, statistics, the engine's checks
+//   policies/          the built-in policies (caching, expandable, vms, gmlake) and their list (builtin.ts)
+//   replay/            replaying a recorded trace: pairing, private pools, the trace's checks, result rows
+//   analysis/          what runs over replays: verify against the recording, the smallest capacity (fit),
+//                      the memory state at the peak
+//   outside-policies/  a policy module's loading, and the guard and thread that hold it to the contract
+//   driver-adaptors/   drivers that wrap a driver: recorded addresses (address oracle), a GPU that lags
+// The entry points stay here: this file, policy-kit.ts (@gmlake/stitch/policy) and testing.ts
+// (@gmlake/stitch/testing); each hands the built-in policies to the registry (register-builtins.ts).
 import "./register-builtins.js";
 export { Block, splitFront, splitBack, absorb, releaseAvailableCachedBlocks } from "./core/block.js";
 export { BlockPool } from "./core/block-pool.js";
@@ -25,7 +36,7 @@ export {
   type PolicyOptions,
 } from "./core/policy.js";
 export * from "./core/rounding.js";
-export { BYTE_UNITS, checkKnob, describeKnobRange, formatKnobValue, knobDefaults, parseByteSize, type Knob, type KnobSchema, type KnobValue } from "./core/knobs.js";
+export { BYTE_UNITS, checkKnob, describeKnobRange, formatKnobValue, knobDefaults, parseByteSize, parseKnobText, splitKnobAssignment, type Knob, type KnobSchema, type KnobValue } from "./core/knobs.js";
 export { AllocatorStats } from "./core/stats.js";
 export { CachingAllocator, cachingPolicy, type CachingOptions } from "./policies/caching.js";
 export { ExpandableAllocator, expandablePolicy, type ExpandableOptions } from "./policies/expandable.js";
