@@ -1,5 +1,5 @@
 import { H200_BYTES, createDriver, defaultHostCapacity, type VmmDriver } from "@gmlake/vmm";
-import { getPolicy, listPolicies, loadPolicyModules, StitchError } from "@gmlake/stitch";
+import { getPolicy, listPolicies, loadPolicyModules, splitKnobAssignment, StitchError } from "@gmlake/stitch";
 import { STITCH_INPUT_CODES, UsageError } from "./cli-error.js";
 import { formatBytes, parseSize } from "./sizes.js";
 import { closest } from "./suggest.js";
@@ -68,10 +68,9 @@ export function parseSets(values: unknown): Record<string, string> {
   const out: Record<string, string> = Object.create(null); // "__proto__=x" is a knob name like any other
   for (const item of list) {
     const text = String(item);
-    const eq = text.indexOf("=");
-    if (eq <= 0) throw new UsageError(`invalid --set '${text}': expected key=value`);
-    const key = text.slice(0, eq).trim();
-    const value = text.slice(eq + 1).trim();
+    const kv = splitKnobAssignment(text); // stitch's, as for GMLAKE_KNOBS text
+    if (kv === null) throw new UsageError(`invalid --set '${text}': expected key=value`);
+    const [key, value] = kv;
     // a knob set twice to different values: which one was meant?
     if (Object.hasOwn(out, key) && out[key] !== value) throw new UsageError(`--set ${key} given twice ('${out[key]}', then '${value}'): give it once`);
     out[key] = value;

@@ -24,7 +24,7 @@ import { createDriver, HostDriver, SimDriver, type VmmDriver } from "@gmlake/vmm
 import { AddressTable } from "./address-table.js";
 import { MemoryBudget } from "./budget.js";
 import { BoundedHistory } from "./bounded-history.js";
-import { coerceKnobs } from "./knobs.js";
+import { coerceKnobs, parseKnobText } from "./knobs.js";
 import { FRONT_CACHE_MAX_ENTRIES } from "./ops.js";
 import { PrivatePools } from "./private-pools.js";
 
@@ -35,6 +35,8 @@ export interface LiveConfig {
   readonly policy: string;
   /** The policy's knobs; text values take the type of the knob's default. */
   readonly knobs?: Record<string, unknown>;
+  /** GMLAKE_KNOBS's text as the Python module got it, unparsed (parseKnobText reads it); `knobs` win over it. */
+  readonly knobText?: string;
   /** cuda (default: PyTorch's GPU, its primary context), host or sim (tests, no GPU). */
   readonly driver?: LiveDriverName;
   /** Device ordinal (cuda). */
@@ -86,7 +88,7 @@ export class LiveAllocator {
   constructor(readonly config: LiveConfig) {
     this.policy = getPolicy(config.policy);
     const maxEntries = BoundedHistory.resolve(config.recordMaxEntries);
-    const knobs = coerceKnobs(this.policy, config.knobs ?? {});
+    const knobs = coerceKnobs(this.policy, { ...parseKnobText(config.knobText ?? "", "GMLAKE_KNOBS"), ...config.knobs });
     const name = config.driver ?? "cuda";
     // No child-process probe before libcuda's first use here: PyTorch has initialized CUDA
     // in this process already, and process.execPath is the Python interpreter, not node.

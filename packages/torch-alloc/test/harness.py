@@ -22,6 +22,9 @@ crash is then a failed case, not a lost run):
                                said on stderr, and the allocator goes on working
   bad-module, no-libnode, bad-policy, bad-knob, node-flags-not-flags, node-flags-unknown
                                a failing start is a clear error, twice, never a crash
+  knobs-env-bad, knobs-env-bad-value
+                               a bad GMLAKE_KNOBS (text, value) is refused at start in one line
+  knobs-env-keyword-wins       GMLAKE_KNOBS reaches the engine as text; a keyword wins over it
   node-flags                   GMLAKE_NODE_FLAGS reaches our Node's V8 (--trace-gc prints)
   call-times, call-times:thread
                                GMLAKE_TIME_CALLS=1: every call counted and timed, the
@@ -1590,6 +1593,24 @@ ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times
        "node-flags-not-flags": {"GMLAKE_NODE_FLAGS": "--max-semi-space-size=1 prof"},
        "node-flags-unknown": {"GMLAKE_NODE_FLAGS": "--no-such-flag"},
        "node-flags": {"GMLAKE_NODE_FLAGS": " --trace-gc\t--max-semi-space-size=1 --min-semi-space-size=1 "}}
+
+
+def knobs_env_keyword_wins():
+    """GMLAKE_KNOBS reaches the engine as text (stitch's parseKnobText reads it); a keyword wins over it."""
+    native = gmlake_torch.start("vms", driver="host", threading="locker", maxHandleBytes=32 * MiB)
+    st, addr = native.try_alloc(MiB)
+    if st != 0:
+        return f"an allocation failed ({st}): {native.error()}"
+    native.free(addr, MiB)
+    return None
+
+
+# GMLAKE_KNOBS: a bad text or value is refused at start, in one line naming where it came from
+CASES["knobs-env-bad"] = lambda: expect_start_error("GMLAKE_KNOBS: expected name=value, got 'colour'", policy="vms", driver="host")
+CASES["knobs-env-bad-value"] = lambda: expect_start_error("vms.maxHandleBytes accepts a byte count", policy="vms", driver="host")
+CASES["knobs-env-keyword-wins"] = knobs_env_keyword_wins
+ENV.update({"knobs-env-bad": {"GMLAKE_KNOBS": "crossStream=false,colour"}, "knobs-env-bad-value": {"GMLAKE_KNOBS": "crossStream=false, maxHandleBytes=banana"},
+            "knobs-env-keyword-wins": {"GMLAKE_KNOBS": "maxHandleBytes=banana,crossStream=false"}})
 
 
 def run_one(name):

@@ -185,3 +185,44 @@ export function knobDefaults<O>(knobs: KnobSchema<O>): O {
   for (const [name, k] of Object.entries(knobs) as [string, Knob][]) out[name] = Array.isArray(k.default) ? [...k.default] : k.default;
   return out as O;
 }
+
+/** "name=value" -> [name, value], both trimmed; null when no name comes before an "=". */
+export function splitKnobAssignment(text: string): [string, string] | null {
+  const eq = text.indexOf("=");
+  const name = eq < 0 ? "" : text.slice(0, eq).trim();
+  return name === "" ? null : [name, text.slice(eq + 1).trim()];
+}
+
+/**
+ * Knob text, as an environment variable gives it (GMLAKE_KNOBS): "name=value,name=value" (a
+ * comma inside [...] belongs to the value: divisions) or a JSON object. Values stay as the
+ * text says them; checkKnob converts each by its knob's type. The one reader of knob text:
+ * the live library takes the variable's text unparsed and reads it here. Throws StitchError
+ * BAD_OPTION, one line starting with `source`.
+ */
+export function parseKnobText(text: string, source = "knobs"): Record<string, unknown> {
+  const t = text.trim();
+  const bad = (why: string): never => {
+    throw new StitchError("BAD_OPTION", `${source}: ${why}`);
+  };
+  const out: Record<string, unknown> = Object.create(null); // "__proto__=x" is a knob name like any other
+  if (t.startsWith("{")) {
+    let v: unknown;
+    try {
+      v = JSON.parse(t);
+    } catch (e) {
+      return bad(`not JSON (${(e as Error).message.split("\n")[0]})`);
+    }
+    if (v === null || typeof v !== "object" || Array.isArray(v)) return bad(`expected a JSON object, got ${t}`);
+    return Object.assign(out, v);
+  }
+  // the parts between commas outside [...] (a list's commas stay in its value)
+  const parts = t.match(/(?:\[[^\]]*\]?|[^,[])+/g) ?? [];
+  for (const part of parts) {
+    if (part.trim() === "") continue;
+    const kv = splitKnobAssignment(part);
+    if (kv === null) return bad(`expected name=value, got '${part.trim()}'`);
+    out[kv[0]] = kv[1];
+  }
+  return out;
+}

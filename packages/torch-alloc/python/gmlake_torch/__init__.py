@@ -176,22 +176,6 @@ _native = None
 _torch_allocator = None
 
 
-def _knobs_from_env():
-    text = os.environ.get("GMLAKE_KNOBS", "").strip()
-    if not text:
-        return {}
-    if text.startswith("{"):
-        return json.loads(text)
-    out = {}
-    for part in text.split(","):
-        if part.strip():
-            k, eq, v = part.partition("=")
-            if not eq:
-                raise GmlakeError(f"gmlake: GMLAKE_KNOBS: expected name=value, got {part!r}")
-            out[k.strip()] = v.strip()
-    return out
-
-
 def _count(value, name, env, hint=""):
     """A whole-number setting >= 0: the argument (a number, or text as a k=v list gives it), else
     $env, else None. A bad one is a GmlakeError naming where it came from."""
@@ -328,7 +312,7 @@ def start(policy=None, *, driver=None, threading=None, policy_module=None, recor
     config = {
         "policy": policy or os.environ.get("GMLAKE_POLICY", "vms"),
         "driver": driver or os.environ.get("GMLAKE_DRIVER", "cuda"),
-        "knobs": {**_knobs_from_env(), **knobs},
+        "knobs": knobs,
         "device": device,
         # the history snapshot() writes: opt-in, as PyTorch's _record_memory_history (it costs
         # about half of a call and grows with every allocation)
@@ -336,6 +320,10 @@ def start(policy=None, *, driver=None, threading=None, policy_module=None, recor
         "checkInvariants": check_invariants,
         "frontCacheEntries": _front_cache_entries(front_cache_entries),
     }
+    # GMLAKE_KNOBS goes on as text: the engine's parseKnobText (stitch's) is its one reader
+    knob_text = os.environ.get("GMLAKE_KNOBS", "").strip()
+    if knob_text:
+        config["knobText"] = knob_text
     # the least a CUDA-graph capture's private pool holds free when it begins (docs/design-private-pools.md)
     reserve = _count(None, "pool_reserve_bytes", "GMLAKE_POOL_RESERVE_BYTES", " (bytes)")
     if reserve:
