@@ -48,9 +48,9 @@ describe("the guard past the probe's cases", () => {
   });
 
   it.each([
-    ["pendingFree", (p: Block) => (p.pendingFree = true)],
-    ["requested", (p: Block) => (p.requested = 1)],
-    ["allocated", (p: Block) => (p.allocated = false)],
+    ["pendingFree", (p: Block): void => void (p.pendingFree = true)],
+    ["requested", (p: Block): void => void (p.requested = 1)],
+    ["allocated", (p: Block): void => void (p.allocated = false)],
   ] as const)("the engine's field %s of a live block changed by the policy: 'mutated' at its free", (_, change) => {
     const p = withMalloc("engine-fields", (b, prev) => {
       if (prev !== null) change(prev);
