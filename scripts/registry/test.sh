@@ -135,8 +135,9 @@ step "npx @gmlake/cli compare (the embedded trace)"
 mkdir -p "$tmp/cli" && cd "$tmp/cli"
 PATH="$nobuild" npx --yes @gmlake/cli compare >compare.out 2>compare.err || { cat compare.err >&2; fail "npx @gmlake/cli compare"; }
 cat compare.out
+grep -q "^train_default (embedded): the limit is" compare.out || fail "no heading for the embedded trace in gmlake compare"
 for p in caching expandable gmlake vms; do
-  grep -Eq "\(embedded\) +$p " compare.out || fail "no $p row in gmlake compare"
+  grep -Eq "^$p +[0-9.]+ GiB" compare.out || fail "no $p row in gmlake compare"
 done
 
 step "TypeScript consumers: moduleResolution node16, nodenext, bundler, node10"
