@@ -70,6 +70,29 @@ export function mergeFree(b: Block, takeOut: (n: Block, into: Block) => void): B
 }
 
 /**
+ * The same merge keeping the leftmost block: b's free neighbour before it absorbs b, then the
+ * survivor absorbs the one after. vms's rule: a run's first block, which a grow holds while it
+ * frees and maps inside the run, and an arena's head stay valid (mergeFree's rule would
+ * absorb them; expandable's allocation loop needs mergeFree's, b surviving). `takeOut(n, b)`
+ * runs before the absorb: n is about to merge with b (n === b.prev: n survives). Returns
+ * the survivor.
+ */
+export function mergeFreeKeepLeft(b: Block, takeOut: (n: Block, b: Block) => void): Block {
+  const prev = b.prev;
+  if (Block.mergeable(prev, b.mapped)) {
+    takeOut(prev, b);
+    absorb(prev, b);
+    b = prev;
+  }
+  const next = b.next;
+  if (Block.mergeable(next, b.mapped)) {
+    takeOut(next, b);
+    absorb(b, next);
+  }
+  return b;
+}
+
+/**
  * PyTorch's release_available_cached_blocks (it runs only with max_split_size set): release
  * the stream's smallest whole free block of at least max(size, maxSplit) bytes; without one,
  * whole oversize blocks from the largest down until that many bytes are released. `free`:

@@ -1,5 +1,5 @@
 import { EventKind } from "@gmlake/trace";
-import { absorb, Block, splitBack } from "../core/block.js";
+import { Block, mergeFreeKeepLeft, splitBack } from "../core/block.js";
 import { BlockPool } from "../core/block-pool.js";
 import type { PhysicalChunk as Chunk, PolicyContext } from "../core/policy-context.js";
 import { isDriverOom, StitchError } from "../core/errors.js";
@@ -157,18 +157,7 @@ export class VmsAllocator implements PolicyInstance {
 
   /** Merge a freed small block; a segment left wholly free goes back to the arena. */
   private freeSmall(b: Block): void {
-    const sp = this.smallPool;
-    const p = b.prev;
-    if (Block.mergeable(p, true)) {
-      sp.delete(p);
-      absorb(p, b); // the left block survives
-      b = p;
-    }
-    const n = b.next;
-    if (Block.mergeable(n, true)) {
-      sp.delete(n);
-      absorb(b, n);
-    }
+    b = mergeFreeKeepLeft(b, this.leaveSmallPool);
     if (b.prev === null && b.next === null) {
       const host = (b.segment as SmallSegment).host;
       host.allocated = false;
@@ -177,7 +166,7 @@ export class VmsAllocator implements PolicyInstance {
       this.n.smallSegments--;
       return;
     }
-    sp.insert(b);
+    this.smallPool.insert(b);
   }
 
   private mallocLarge(rounded: number, stream: number, cachedOnly: boolean): Block | null {
@@ -243,23 +232,19 @@ export class VmsAllocator implements PolicyInstance {
 
   /** `b` is free and in no pool: merge with free neighbours of the same mapping state (the left block survives), pool it if mapped. */
   private mergeFree(b: Block): Block {
-    const pool = this.pool;
-    const p = b.prev;
-    if (Block.mergeable(p, b.mapped)) {
-      if (p.mapped) pool.delete(p);
-      else (b.segment as Arena).unmapped.delete(b);
-      absorb(p, b);
-      b = p;
-    }
-    const n = b.next;
-    if (Block.mergeable(n, b.mapped)) {
-      if (n.mapped) pool.delete(n);
-      else (n.segment as Arena).unmapped.delete(n);
-      absorb(b, n);
-    }
-    if (b.mapped) pool.insert(b);
+    b = mergeFreeKeepLeft(b, this.leaveArena);
+    if (b.mapped) this.pool.insert(b);
     return b;
   }
+
+  /** A small block merging leaves the small pool (its small segment's blocks are all there). */
+  private readonly leaveSmallPool = (n: Block): void => void this.smallPool.delete(n);
+
+  /** A large block merging: a mapped one leaves the pool (its key changes or it goes); of two unmapped ones the absorbed leaves the arena's set. */
+  private readonly leaveArena = (n: Block, b: Block): void => {
+    if (n.mapped) this.pool.delete(n);
+    else (n.segment as Arena).unmapped.delete(n === b.prev ? b : n);
+  };
 
   /** Hand out [p, p + size) of free mapped block `b` (not in the pool); the rest goes back to the pool. */
   private carve(b: Block, p: number, size: number): Block {
