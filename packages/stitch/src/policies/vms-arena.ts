@@ -119,8 +119,8 @@ function needAt(b: Block, p: number, s: number, g: number): number {
  * (ties: lowest address). Candidates start at a block's start or end at a block's end.
  * `tail`: the last run of the arena, from its start (room for any handle). `g`: the granularity.
  */
-export function chooseWindow(a: Arena, s: number, tail: boolean, g: number): { p: number; r0: Block } | null {
-  let best: { p: number; r0: Block } | null = null;
+export function chooseWindow(a: Arena, s: number, tail: boolean, g: number): { start: number; runStart: Block } | null {
+  let best: { start: number; runStart: Block } | null = null;
   let bestNeed = Infinity;
   const seen = new Set<Block>();
   for (const u of a.unmapped) {
@@ -133,7 +133,7 @@ export function chooseWindow(a: Arena, s: number, tail: boolean, g: number): { p
     const end = last.addr + last.size;
     const nextRun = last.next;
     if (tail) {
-      if (nextRun === null && end - r0.addr >= s) return { p: r0.addr, r0 };
+      if (nextRun === null && end - r0.addr >= s) return { start: r0.addr, runStart: r0 };
       continue;
     }
     if (end - r0.addr < s) continue;
@@ -141,9 +141,9 @@ export function chooseWindow(a: Arena, s: number, tail: boolean, g: number): { p
       const xb = x!;
       if (xb.addr + s <= end) {
         const need = needAt(xb, xb.addr, s, g);
-        if (need < bestNeed || (need === bestNeed && xb.addr < best!.p)) {
+        if (need < bestNeed || (need === bestNeed && xb.addr < best!.start)) {
           bestNeed = need;
-          best = { p: xb.addr, r0 };
+          best = { start: xb.addr, runStart: r0 };
         }
       }
       const q = xb.addr + xb.size - s;
@@ -151,9 +151,9 @@ export function chooseWindow(a: Arena, s: number, tail: boolean, g: number): { p
         let h: Block = r0;
         while (h.addr + h.size <= q) h = h.next!;
         const need = needAt(h, q, s, g);
-        if (need < bestNeed || (need === bestNeed && q < best!.p)) {
+        if (need < bestNeed || (need === bestNeed && q < best!.start)) {
           bestNeed = need;
-          best = { p: q, r0 };
+          best = { start: q, runStart: r0 };
         }
       }
     }

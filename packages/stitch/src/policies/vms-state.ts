@@ -45,10 +45,10 @@ interface Retiring {
   mark: number;
 }
 
-/** Where the unmapped part of a chosen window gets filled: [f0, f1), may overshoot to roomEnd. */
+/** Where the unmapped part of a chosen window gets filled: [start, end), may overshoot to roomEnd. */
 interface Gap {
-  f0: number;
-  f1: number;
+  start: number;
+  end: number;
   roomEnd: number;
   donors: Donor[];
 }
@@ -263,39 +263,39 @@ export abstract class VmsState {
   }
 
   /**
-   * Map `chunks` side by side at f0 (inside a free unmapped block reachable from r0) and merge the range into the free mapped blocks.
+   * Map `chunks` side by side at `start` (inside a free unmapped block reachable from `runStart`) and merge the range into the free mapped blocks.
    * False when the driver failed the map (out of memory): the chunks (donors already unmapped, new ones) are released, the range stays free and unmapped.
    */
-  protected mapInto(a: Arena, r0: Block, f0: number, chunks: Chunk[], moved: number): boolean {
+  protected mapInto(arena: Arena, runStart: Block, start: number, chunks: Chunk[], moved: number): boolean {
     if (chunks.length === 0) return true;
     let bytes: number;
     let want = 0;
     for (const c of chunks) want += c.size;
-    this.settleRetiring(false, a, f0, f0 + want); // an old mapping still there is unmapped first
+    this.settleRetiring(false, arena, start, start + want); // an old mapping still there is unmapped first
     try {
-      bytes = this.ctx.mapChunks(f0, chunks, a.stream); // all or nothing
+      bytes = this.ctx.mapChunks(start, chunks, arena.stream); // all or nothing
     } catch (e) {
       this.settleRetiring(true); // a moved handle still mapped at its old place cannot be released
       for (const c of chunks) this.ctx.releaseChunk(c);
       if (isDriverOom(e)) return false;
       throw e;
     }
-    let at = f0;
+    let at = start;
     for (const c of chunks) {
-      a.addHandle(at, c);
+      arena.addHandle(at, c);
       at += c.size;
     }
-    let u: Block = r0;
-    while (u.addr + u.size <= f0) u = u.next!;
-    if (u.mapped || u.allocated || u.addr + u.size < f0 + bytes) throw new StitchError("INVARIANT", `vms: no free unmapped room at 0x${f0.toString(16)}`);
+    let u: Block = runStart;
+    while (u.addr + u.size <= start) u = u.next!;
+    if (u.mapped || u.allocated || u.addr + u.size < start + bytes) throw new StitchError("INVARIANT", `vms: no free unmapped room at 0x${start.toString(16)}`);
     let m = u;
-    if (f0 > u.addr) m = this.split(u, f0);
-    if (m.addr + m.size > f0 + bytes) this.split(m, f0 + bytes);
+    if (start > u.addr) m = this.split(u, start);
+    if (m.addr + m.size > start + bytes) this.split(m, start + bytes);
     m.mapped = true;
-    a.unmapped.delete(m);
+    arena.unmapped.delete(m);
     this.mergeFree(m);
-    this.ctx.segmentMapped(f0, bytes, a.stream);
-    if (moved > 0) this.ctx.record(EventKind.stitch, f0, bytes, a.stream, chunks.length);
+    this.ctx.segmentMapped(start, bytes, arena.stream);
+    if (moved > 0) this.ctx.record(EventKind.stitch, start, bytes, arena.stream, chunks.length);
     return true;
   }
 
@@ -331,55 +331,55 @@ export abstract class VmsState {
     return share >= this.o.maxHandleBytes ? Infinity : Math.max(this.g, this.floorG(share));
   }
 
-  protected grow(s: number, stream: number, tail: boolean): Block | null {
+  protected grow(size: number, stream: number, tail: boolean): Block | null {
     this.n.grows++;
     this.settleRetiring(false);
-    let a: Arena;
+    let arena: Arena;
     try {
-      a = this.arenaFor(stream);
+      arena = this.arenaFor(stream);
     } catch (e) {
       if (isDriverOom(e)) return null; // no virtual range for the arena: out of memory
       throw e;
     }
     this.n.windowScans++;
-    const w = chooseWindow(a, s, tail, this.g);
-    if (w === null) return null;
-    const { p, r0 } = w;
+    const found = chooseWindow(arena, size, tail, this.g);
+    if (found === null) return null;
+    const { start: windowStart, runStart } = found;
     // The unmapped stretches of the window, by address (donors never touch the window).
     const gaps: Gap[] = [];
-    const e = p + s;
-    for (let x: Block | null = r0; x !== null && x.addr < e; x = x.next) {
-      if (x.mapped || x.addr + x.size <= p) continue;
-      const f0 = Math.max(x.addr, this.floorG(p));
-      const f1 = Math.min(x.addr + x.size, this.ceilG(e));
-      gaps.push({ f0, f1, roomEnd: x.addr + x.size, donors: [] });
+    const windowEnd = windowStart + size;
+    for (let block: Block | null = runStart; block !== null && block.addr < windowEnd; block = block.next) {
+      if (block.mapped || block.addr + block.size <= windowStart) continue;
+      const gapStart = Math.max(block.addr, this.floorG(windowStart));
+      const gapEnd = Math.min(block.addr + block.size, this.ceilG(windowEnd));
+      gaps.push({ start: gapStart, end: gapEnd, roomEnd: block.addr + block.size, donors: [] });
     }
-    const ds = donorsFor(this.pool, this.o, a, p, s, stream);
+    const candidates = donorsFor(this.pool, this.o, arena, windowStart, size, stream);
     // Handles no larger than a share of the request, so that what later requests leave free is more often a whole handle.
-    const pcap = this.pressureCap();
-    const cap = Math.min(this.o.maxHandleBytes, pcap, Math.max(this.g, this.ceilG(s / this.o.handlesPerRequest)));
+    const pressureHandleCap = this.pressureCap();
+    const handleCap = Math.min(this.o.maxHandleBytes, pressureHandleCap, Math.max(this.g, this.ceilG(size / this.o.handlesPerRequest)));
     // Choose donors per gap: largest that fit first, then one that overshoots into free room.
-    for (const gp of gaps) {
-      let left = gp.f1 - gp.f0;
+    for (const gap of gaps) {
+      let left = gap.end - gap.start;
       let filled = 0;
-      for (const d of ds) {
+      for (const donor of candidates) {
         if (left === 0) break;
-        if (!d.used && d.chunk.size <= left) {
-          d.used = true;
-          gp.donors.push(d);
-          left -= d.chunk.size;
-          filled += d.chunk.size;
+        if (!donor.used && donor.chunk.size <= left) {
+          donor.used = true;
+          gap.donors.push(donor);
+          left -= donor.chunk.size;
+          filled += donor.chunk.size;
         }
       }
       if (left > 0) {
         // the smallest handle that covers the rest and still fits the free room (the excess stays mapped and free)
         let pick: Donor | null = null;
-        for (const d of ds) {
-          if (!d.used && d.chunk.size >= left && gp.f0 + filled + d.chunk.size <= gp.roomEnd && (pick === null || d.chunk.size < pick.chunk.size)) pick = d;
+        for (const donor of candidates) {
+          if (!donor.used && donor.chunk.size >= left && gap.start + filled + donor.chunk.size <= gap.roomEnd && (pick === null || donor.chunk.size < pick.chunk.size)) pick = donor;
         }
         if (pick !== null) {
           pick.used = true;
-          gp.donors.push(pick);
+          gap.donors.push(pick);
         }
       }
     }
@@ -387,60 +387,60 @@ export abstract class VmsState {
     // fit no gap are released (in donor order) to make room, and the new handles are sized
     // to the gaps. Only then can a handle too big for every gap serve this request.
     let need = 0;
-    for (const gp of gaps) for (const d of gp.donors) need -= d.chunk.size;
-    for (const gp of gaps) need += gp.f1 - gp.f0;
+    for (const gap of gaps) for (const donor of gap.donors) need -= donor.chunk.size;
+    for (const gap of gaps) need += gap.end - gap.start;
     const room = this.ctx.capacityBytes - this.ctx.reservedBytes;
     const spare: Donor[] = [];
-    for (let i = 0, freed = 0; need > room + freed && i < ds.length; i++) {
-      const d = ds[i]!;
-      if (d.used) continue;
-      d.used = true;
-      spare.push(d);
-      freed += d.chunk.size;
+    for (let i = 0, freed = 0; need > room + freed && i < candidates.length; i++) {
+      const donor = candidates[i]!;
+      if (donor.used) continue;
+      donor.used = true;
+      spare.push(donor);
+      freed += donor.chunk.size;
     }
     const tight = need > room;
     // Unmap every chosen donor first (reserved never overshoots); within a block from the highest address down, so the block object stays valid.
-    const chosen = ds.filter((d) => d.used).sort((x, y) => y.addr - x.addr);
-    for (const d of chosen) {
-      if (spare.includes(d)) {
-        this.releaseDonor(d);
+    const chosen = candidates.filter((donor) => donor.used).sort((hi, lo) => lo.addr - hi.addr);
+    for (const donor of chosen) {
+      if (spare.includes(donor)) {
+        this.releaseDonor(donor);
         continue;
       }
-      this.takeDonor(d, stream);
+      this.takeDonor(donor, stream);
       this.n.moved++;
-      this.n.movedBytes += d.chunk.size;
+      this.n.movedBytes += donor.chunk.size;
     }
     let ok = true;
-    for (const gp of gaps) {
+    for (const gap of gaps) {
       const chunks: Chunk[] = [];
       let filled = 0;
-      for (const d of gp.donors) {
-        chunks.push(d.chunk);
-        filled += d.chunk.size;
+      for (const donor of gap.donors) {
+        chunks.push(donor.chunk);
+        filled += donor.chunk.size;
       }
       const moved = chunks.length;
-      const left = gp.f1 - gp.f0 - filled;
+      const left = gap.end - gap.start - filled;
       if (left > 0 && ok) {
         // At the open end a larger handle costs the same calls and leaves room for the next requests.
-        const open = gp.roomEnd >= a.end && pcap === Infinity && !tight;
-        const want = open ? Math.max(left, Math.min(this.o.minTailHandleBytes, gp.roomEnd - gp.f0 - filled)) : left;
-        const k = this.o.maxHandlesPerGap;
-        let hcap = k > 0 ? Math.max(cap, this.ceilG(want / k)) : cap;
+        const open = gap.roomEnd >= arena.end && pressureHandleCap === Infinity && !tight;
+        const want = open ? Math.max(left, Math.min(this.o.minTailHandleBytes, gap.roomEnd - gap.start - filled)) : left;
+        const maxPerGap = this.o.maxHandlesPerGap;
+        let gapHandleCap = maxPerGap > 0 ? Math.max(handleCap, this.ceilG(want / maxPerGap)) : handleCap;
         // The room made beyond the request is one handle (up to maxHandleBytes), not cut to the request's
         // size: the driver time is per handle (a create and a set-access each), see docs/vms.md.
-        if (want > left) hcap = Math.max(hcap, Math.min(want, this.o.maxHandleBytes));
-        if (!this.create(want, hcap, chunks)) ok = false;
+        if (want > left) gapHandleCap = Math.max(gapHandleCap, Math.min(want, this.o.maxHandleBytes));
+        if (!this.create(want, gapHandleCap, chunks)) ok = false;
       } else if (left > 0) {
         ok = false;
       }
-      if (!this.mapInto(a, r0, gp.f0, chunks, moved)) ok = false;
+      if (!this.mapInto(arena, runStart, gap.start, chunks, moved)) ok = false;
     }
     if (!ok) return null;
-    let b: Block = r0;
-    while (b.addr + b.size <= p) b = b.next!;
-    if (!b.mapped || b.allocated || b.addr + b.size < e) throw new StitchError("INVARIANT", `vms: window 0x${p.toString(16)}+${s} not mapped after grow`);
-    this.pool.delete(b);
-    return this.carve(b, p, s);
+    let served: Block = runStart;
+    while (served.addr + served.size <= windowStart) served = served.next!;
+    if (!served.mapped || served.allocated || served.addr + served.size < windowEnd) throw new StitchError("INVARIANT", `vms: window 0x${windowStart.toString(16)}+${size} not mapped after grow`);
+    this.pool.delete(served);
+    return this.carve(served, windowStart, size);
   }
 
   /** Unmap and release every handle wholly inside a free block (empty_cache, out-of-memory). */
