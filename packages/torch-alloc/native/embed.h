@@ -6,70 +6,9 @@
 
 #include <cstddef>
 
+#include "contract.h"  // the numbers TypeScript shares (src/ops.ts, checked by test/contract.test.ts)
+
 extern "C" {
-
-// The hot-path operations, all numbers (addresses, sizes and CUstream values are < 2^53).
-enum GmlakeOp {
-  kOpAlloc = 1,         // (size, device, stream) -> address, or a negative status
-  kOpFree = 2,          // (address, size, stream) -> 0, or a negative status
-  kOpRecordStream = 3,  // (address, stream) -> 0, or a negative status
-  kOpEmptyCache = 4,    // () -> 0, or a negative status
-  kOpPing = 5,          // (a) -> a: the bare round trip, for the threading benchmark
-  kOpFlush = 6,         // () -> 0: only hands the queued frees over (the queue is full)
-  kOpBenchPairs = 7,    // (pairs, 0, stream) -> ns per alloc+free pair timed inside JS (threading_bench's js_pair)
-  kOpAllocCached = 8,   // (size, device, stream) -> address from memory the policy holds, or kStatusNotCached
-  kOpPeek = 9,          // (size, device, stream) -> where kOpAlloc would land now (no change), or kStatusNotCached
-  kOpSetCapacity = 10,  // (bytes, device) -> 0: the memory budget from the next allocation on
-  kOpSetMemoryFraction = 11,  // (fraction, device) -> the budget's bytes: fraction x the device's memory
-  // private pools (CUDA graphs, MemPool): passed through to JS like any call (src/private-pools.ts)
-  kOpPoolBegin = 12,    // (pool id first, second, window) -> the pool's ordinal, or a negative status
-  kOpPoolAlloc = 13,    // (size, ordinal x 2 + capturing, stream) -> address, or a negative status (-4: no room during capture)
-  kOpPoolEnd = 14,      // (ordinal) -> 0
-  kOpPoolRelease = 15,  // (pool id first, second) -> bytes given back to the engine now
-  kOpPoolUseCount = 16, // (pool id first, second) -> its uses
-  kOpPoolLive = 17,     // (pool id first, second, address) -> 1 if a live block of it starts there; address 0: its live blocks
-};
-
-// Frees need no answer, so gmlake_embed_call(kOpFree) only queues them (no isolate, a
-// mutex); the next call of any kind hands the queue to JS first, through a Float64Array
-// over this many slots: [0] frees queued, [1] of them failed (JS sets it), then
-// (address, size, stream) each. The engine sees every free before the call that follows it
-// (unless the front cache below holds it).
-constexpr int kFreeQueueSlots = 256;
-
-// The front cache (frontCacheEntries, off by default): the last N frees are held here, not
-// queued, and an alloc of the same size on the same stream takes one back with no call into
-// JS. Before the engine would grow (kOpAllocCached answers kStatusNotCached), before
-// empty_cache and before any text operation, every held block goes to the queue.
-constexpr int kFrontCacheMaxEntries = 256;
-// The queue's slots: [0] frees queued, [1] of them failed, [2] front-cache hits so far,
-// [3] their bytes, [4] frees it passed to the engine (used on other streams, another size or
-// stream than at the alloc, an address not handed out), [5] hand-overs the JS thread made on
-// its own while it waited (GMLAKE_DRAIN_US), [6] the frees they handed over, [7] answers the
-// JS thread foresaw (GMLAKE_SPECULATE), [8] allocations that took one, then (address, size,
-// stream) for the queue plus a whole cache. An entry with a negative size is an allocation a
-// caller took from a foreseen answer: the engine makes it, at that address, before anything
-// after it.
-constexpr int kFreeQueueHeader = 10;
-constexpr int kFreeQueueLength = kFreeQueueHeader + 3 * (kFreeQueueSlots + kFrontCacheMaxEntries);
-
-// Statuses below 0 returned by the operations.
-enum GmlakeStatus {
-  kStatusOom = -1,        // out of memory after the caches were freed and the request retried
-  kStatusError = -2,      // a JS error; gmlake_embed_text(kTextLastError) says which
-  kStatusNotStarted = -3, // gmlake_embed_start() did not succeed
-  kStatusNotCached = -5,  // kOpAllocCached: the policy would have to grow
-};
-
-// Text operations: the result is malloc'ed (free it with free()).
-enum GmlakeTextOp {
-  kTextStats = 1,      // (unused) -> the engine's statistics, JSON
-  kTextSnapshot = 2,   // (path) -> "" or an error message; writes a memory-viz pickle
-  kTextLastError = 3,  // (unused) -> the last error of this thread's design (OOM report or JS error)
-  kTextClose = 4,      // (unused) -> "" or an error: frees every block, tears the policy down, checks leaks
-  kTextFreeErrors = 5, // (unused) -> why the queued frees that failed failed, one line each
-  kTextResetPeaks = 6, // (unused) -> "": every peak back to its current value (reset_peak_memory_stats)
-};
 
 // How callers reach the one V8 isolate.
 enum GmlakeThreading {

@@ -101,7 +101,6 @@ struct CallTimer {
   }
 };
 
-enum : int { kStatusCapture = -4 };
 // The fd through which the patched libnode reads its builtin JS files (scripts/fetch-libnode.sh).
 constexpr int kBuiltinFd = 987;
 

@@ -1,6 +1,6 @@
 /**
  * The operations, statuses and text operations of the bridge's `call` and `text`
- * (native/embed.h's numbers): one place for the bridge and the pair pattern.
+ * (native/contract.h's numbers, test/contract.test.ts checks them): one place for the bridge and the pair pattern.
  */
 export const OP_ALLOC = 1;
 export const OP_FREE = 2;
@@ -34,7 +34,7 @@ export const STATUS_OOM = -1;
 export const STATUS_ERROR = -2;
 /** OP_ALLOC_CACHED: the policy cannot serve it without growing; the front cache gives its blocks back and asks OP_ALLOC. */
 export const STATUS_NOT_CACHED = -5;
-/** An allocation during CUDA-graph capture that would need a driver call (torch_alloc.cc kStatusCapture). */
+/** An allocation during CUDA-graph capture that would need a driver call (contract.h kStatusCapture). */
 export const STATUS_CAPTURE = -4;
 export const TEXT_STATS = 1;
 export const TEXT_SNAPSHOT = 2;
@@ -43,9 +43,9 @@ export const TEXT_CLOSE = 4;
 export const TEXT_FREE_ERRORS = 5;
 /** Every peak (allocated, active, requested, reserved bytes) back to its current value: torch.cuda.reset_peak_memory_stats(). */
 export const TEXT_RESET_PEAKS = 6;
-/** Frees the free queue holds before a call must hand them over (native/embed.h kFreeQueueSlots). */
+/** Frees the free queue holds before a call must hand them over (native/contract.h kFreeQueueSlots). */
 export const FREE_QUEUE_SLOTS = 256;
-/** The front cache's largest size in blocks (embed.h kFrontCacheMaxEntries; frontCacheEntries). */
+/** The front cache's largest size in blocks (contract.h kFrontCacheMaxEntries; frontCacheEntries). */
 export const FRONT_CACHE_MAX_ENTRIES = 256;
 /**
  * The free queue's header: [0] frees queued, [1] of them failed, [2] front-cache hits so far,

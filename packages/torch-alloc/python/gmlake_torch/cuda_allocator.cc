@@ -72,7 +72,7 @@ struct Api {
   int (*pool_live)(unsigned long long, unsigned long long, void*) = nullptr;
 };
 Api g_api;
-constexpr int kTextStats = 1;  // embed.h GmlakeTextOp
+constexpr int kTextStats = 1;  // native/contract.h (test/contract.test.ts checks these copies)
 constexpr int kStatusOom = -1;
 
 // ---- the live blocks: address -> (size, stream) ------------------------------------------
