@@ -73,6 +73,8 @@ export interface Donor {
   addr: number;
   chunk: Chunk;
   used: boolean;
+  /** Released to make room under pressure instead of moved (it fits no gap). */
+  release?: boolean;
 }
 
 /** The knobs the donor list follows (VmsOptions'). */

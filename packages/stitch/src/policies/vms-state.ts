@@ -387,22 +387,22 @@ export abstract class VmsState {
     // fit no gap are released (in donor order) to make room, and the new handles are sized
     // to the gaps. Only then can a handle too big for every gap serve this request.
     let need = 0;
-    for (const gap of gaps) for (const donor of gap.donors) need -= donor.chunk.size;
-    for (const gap of gaps) need += gap.end - gap.start;
+    for (const gap of gaps) {
+      need += gap.end - gap.start;
+      for (const donor of gap.donors) need -= donor.chunk.size;
+    }
     const room = this.ctx.capacityBytes - this.ctx.reservedBytes;
-    const spare: Donor[] = [];
     for (let i = 0, freed = 0; need > room + freed && i < candidates.length; i++) {
       const donor = candidates[i]!;
       if (donor.used) continue;
-      donor.used = true;
-      spare.push(donor);
+      donor.used = donor.release = true;
       freed += donor.chunk.size;
     }
     const tight = need > room;
     // Unmap every chosen donor first (reserved never overshoots); within a block from the highest address down, so the block object stays valid.
     const chosen = candidates.filter((donor) => donor.used).sort((hi, lo) => lo.addr - hi.addr);
     for (const donor of chosen) {
-      if (spare.includes(donor)) {
+      if (donor.release) {
         this.releaseDonor(donor);
         continue;
       }
