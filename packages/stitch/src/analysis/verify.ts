@@ -130,8 +130,8 @@ interface Extracted {
   peak: number;
 }
 
-/** How a run's addresses are named for comparison: raw, by expandable segment, or by cudaMalloc'd segment. */
-type Naming = "raw" | "expandable" | "segment";
+/** How a run's addresses are named for comparison: raw, by reserved range (VMM policies), or by cudaMalloc'd segment. */
+type Naming = "raw" | "range" | "segment";
 
 function extract(log: EventLog, device: number, naming: Naming, span: number): Extracted {
   const namer = new SegmentNamer(span);
@@ -150,7 +150,7 @@ function extract(log: EventLog, device: number, naming: Naming, span: number): E
       cur += k === EventKind.segmentAlloc || k === EventKind.segmentMap ? s : -s;
       if (cur > peak) peak = cur;
       const [sg, off] =
-        naming === "expandable"
+        naming === "range"
           ? namer.name(a, k === EventKind.segmentMap)
           : naming === "segment"
             ? k === EventKind.segmentAlloc
@@ -159,8 +159,8 @@ function extract(log: EventLog, device: number, naming: Naming, span: number): E
             : [0, a];
       seg.push({ kind: EVENT_KIND_NAMES[k]!, addr: a, size: s, segment: sg, offset: off });
     } else if (k === EventKind.alloc) {
-      // expandable: name by segment, which the map before it has opened
-      allocs.push(naming === "expandable" ? encode(namer.name(a, false)) : naming === "segment" ? encode(cnamer.name(a)) : a);
+      // by range: the map before it has opened it
+      allocs.push(naming === "range" ? encode(namer.name(a, false)) : naming === "segment" ? encode(cnamer.name(a)) : a);
       allocEvents.push(i);
     }
   }
@@ -183,12 +183,12 @@ export function verify(snapshot: SnapshotLike, o: VerifyOptions = {}): VerifyRes
   // Policies on the VMM API (expandable; vms, gmlake: a live recording of ours) are compared by
   // offset inside each reserved range, which no two drivers place alike; caching by raw
   // addresses under the address oracle, or by (segment, offset) free-running.
-  const expandable = policy !== "caching";
+  const onVmm = policy !== "caching";
   let driver: VmmDriver = o.driver ?? new SimDriver();
   const span = driver.device.totalBytes;
-  const oracle = !expandable && (o.addressOracle ?? true);
+  const oracle = !onVmm && (o.addressOracle ?? true);
   if (oracle) driver = AddressOracleDriver.fromLog(driver, log);
-  const naming: Naming = expandable ? "expandable" : oracle ? "raw" : "segment";
+  const naming: Naming = onVmm ? "range" : oracle ? "raw" : "segment";
   const r = replay(log, { policy, driver, settings, checkInvariants: o.checkInvariants, onOom: "continue", teardown: false, pools: privatePoolTags(log, snapshot.segments) });
   const out = r.log!;
   const devices = new Set<number>();
