@@ -56,10 +56,24 @@ export class Block {
  * Blocks per bucket before it splits in two (a bucket holds at most CAP). 8 rather than 16:
  * shorter shifts per insert and delete, and 8 doubles (64 bytes) is the size up to which V8
  * keeps a typed array's data inside the object itself; measured with
- * torch-alloc/bench/live-replay.mjs (BENCHMARKS.md "per-call cost over real traces").
+ * torch-alloc/bench/live-replay.mjs (docs/notebook/2026-12-01-per-call-cost-cpu.md).
  */
 const CAP = 8;
 const HALF = CAP >> 1;
+
+/** First of the first n keys (st, sz, ad: sorted by stream, size, address) that is >= (stream, size, addr). */
+function lowerKey(st: Float64Array, sz: Float64Array, ad: Float64Array, n: number, stream: number, size: number, addr: number): number {
+  let lo = 0;
+  let hi = n;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const s = st[mid]!;
+    const z = sz[mid]!;
+    if (s < stream || (s === stream && (z < size || (z === size && ad[mid]! < addr)))) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
 
 /** One sorted run of blocks; its keys are also kept in typed arrays so searches touch contiguous memory, not Block objects. */
 class Bucket {
@@ -71,19 +85,7 @@ class Bucket {
 
   /** First index whose key is >= (stream, size, addr). */
   lower(stream: number, size: number, addr: number): number {
-    const st = this.st;
-    const sz = this.sz;
-    const ad = this.ad;
-    let lo = 0;
-    let hi = this.n;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      const s = st[mid]!;
-      const z = sz[mid]!;
-      if (s < stream || (s === stream && (z < size || (z === size && ad[mid]! < addr)))) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+    return lowerKey(this.st, this.sz, this.ad, this.n, stream, size, addr);
   }
 }
 
@@ -126,19 +128,7 @@ export class BlockPool {
 
   /** Index of the first bucket whose last key is >= (stream, size, addr). */
   private bucketFor(stream: number, size: number, addr: number): number {
-    const st = this.mSt;
-    const sz = this.mSz;
-    const ad = this.mAd;
-    let lo = 0;
-    let hi = this.buckets.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      const s = st[mid]!;
-      const z = sz[mid]!;
-      if (s < stream || (s === stream && (z < size || (z === size && ad[mid]! < addr)))) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+    return lowerKey(this.mSt, this.mSz, this.mAd, this.buckets.length, stream, size, addr);
   }
 
   private setMax(k: number): void {
