@@ -83,7 +83,7 @@ const mapBucket = (n) => (n <= 1 ? "1" : n <= 4 ? "2-4" : n <= 16 ? "5-16" : n <
  * replays. Between two calls it does as little as it can: a few typed-array stores, no
  * strings, objects or driver stats (run 34: the host work between driver calls sets what
  * they cost). Measured against the earlier log, which built the stats object twice a call
- * and five string keys: the same totals within the runs' spread (BENCHMARKS.md, sixth and
+ * and five string keys: the same totals within the runs' spread (docs/notebook/2026-12-01-driver-time.md, sixth and
  * seventh driver-time runs), so the earlier tables stand. The tables are filed after the
  * replay.
  * Measured drivers (cuda, host) are timed here with performance.now() around the call (the

@@ -1,6 +1,6 @@
 """Per-call cost through the library when the caller does other work between calls, as a
 training process does (inside PyTorch on the H200 vms's JS ran 3-7 us a pair where the same
-work in a hot JS loop takes 0.3-0.7 us; BENCHMARKS.md "Runs 9 to 13"). No GPU, no torch:
+work in a hot JS loop takes 0.3-0.7 us; docs/notebook/2026-12-01-live-runs.md, runs 9 to 13). No GPU, no torch:
 the library through ctypes on the sim driver, GMLAKE_TIME_CALLS=1, the alloc+free pattern
 of live-pair.mjs (a window of 64 live blocks, 512 B to 64 MiB), and between every two calls:
   none    only this loop's own Python and ctypes

@@ -69,7 +69,7 @@ bool g_started = false;
 // The free queue (embed.h): filled under g_freeMutex by any thread, handed to JS through
 // g_freeSlots (a Float64Array there) by whoever holds the isolate, before its call.
 // The mutex on a line of its own: with answers worked out ahead every caller takes it on every
-// allocation, so no other hot global may share its line (BENCHMARKS.md "Run 35").
+// allocation, so no other hot global may share its line (BENCHMARKS.md "Per-call cost in a hot loop (run 35)").
 alignas(64) std::mutex g_freeMutex;
 std::vector<double> g_freeQueue;  // (address, size, stream) each
 double g_freeSlots[kFreeQueueLength];
@@ -101,7 +101,7 @@ struct Spec {
   double size, stream, addr;
 };
 constexpr int kSpecMaxContext = 8;
-// The default with one JS thread (H200, BENCHMARKS.md "Runs 31 to 33": vms's host time in
+// The default with one JS thread (H200, BENCHMARKS.md "Host time per step (runs 31 to 33)": vms's host time in
 // alloc+free fell to or below PyTorch expandable_segments' own on lora, fsdp and gpt2_ft).
 constexpr int kSpecDefault = 6;
 std::atomic<int> g_specContext{0};
@@ -561,7 +561,7 @@ double NowUs() { return static_cast<double>(NowNs()) / 1e3; }
 // fields written into the line the JS thread spins on would each cost a cross-core transfer.
 // The request (written by a caller before `posted`) and the answer (written by the JS thread
 // before `done`) sit on lines that nobody spins on. With answers worked out ahead this halved
-// the default's hot-loop pair on the H200 (3.33 -> 1.73 us, BENCHMARKS.md "Run 35").
+// the default's hot-loop pair on the H200 (3.33 -> 1.73 us, BENCHMARKS.md "Per-call cost in a hot loop (run 35)").
 struct Mailbox {
   alignas(64) std::mutex submit;  // one request in flight
   // the request
@@ -582,7 +582,7 @@ struct Mailbox {
 Mailbox g_box;
 // GMLAKE_SPIN_US: how long either side spins before it sleeps. 1 ms, longer than the gaps
 // between a training step's calls (with 50 us the JS thread slept between them and every
-// wake-up was paid: +4-6% of step on the H200, BENCHMARKS.md "Runs 14 to 16").
+// wake-up was paid: +4-6% of step on the H200, docs/notebook/2026-12-01-live-runs.md, runs 14 to 16).
 double g_spinUs = 1000;
 
 // GMLAKE_DRAIN_US: the JS thread, waiting, hands the queued frees to the engine (an OP_FLUSH
@@ -817,7 +817,7 @@ extern "C" int gmlake_embed_start(const char* boot, const char* config_json, int
   if (threading == kThreadingThread && !drainOff) {
     // the default with one JS thread: frees handed over 2 us after they are first seen, so that
     // in a hot loop the next alloc, which comes sooner, takes them itself in its own call
-    // (H200, BENCHMARKS.md "Runs 31 to 33": the pair 3.20 -> 2.58 us, training's host time as at 0 us)
+    // (H200, docs/notebook/2026-12-01-live-runs.md, runs 31 to 33: the pair 3.20 -> 2.58 us, training's host time as at 0 us)
     g_drainUs = 2;
     bad = micros("GMLAKE_DRAIN_US", &g_drainUs);
     if (!bad.empty()) return fail(bad + " (or off)");

@@ -2,7 +2,7 @@
  * Live blocks by address: the one lookup of every free. Written here rather than a Map
  * because it is on the hot path of every alloc+free pair: a Map keyed by addresses (numbers
  * above 2^31, boxed) costs about 60 ns per set+get+delete in the embedded Node 18 on the
- * 2-core VM, this table 32 ns (BENCHMARKS.md "per-call cost, 2-core VM"). Open addressing
+ * 2-core VM, this table 32 ns (docs/notebook/2026-12-01-per-call-cost-cpu.md). Open addressing
  * with linear probing over a Float64Array of keys (0 = an empty slot: no allocator hands
  * out address 0), deletion by backward shift (no tombstones), at most half full.
  */
