@@ -24,6 +24,9 @@ usage: python3 live_checks.py CHECK [--policy P] [--knobs k=v,...] [--seconds S]
            mismatch counter (no sync per tensor); at random the streams are made to lag
            (torch.cuda._sleep), so that a reuse before the last use finished shows as a
            mismatch. At the end: the counters 0, nothing left allocated, no pending frees.
+           With --capacity-bytes, under that budget: an out-of-memory is caught, the thread
+           frees a quarter of its window and asks for half, and after the run one more
+           allocation of half the budget must be served (the allocator serves again).
            --policy pytorch / pytorch-expandable: the same through PyTorch's own (the control)
   layout   does the memory's layout slow kernels? Copies, in-place adds and bf16 matmuls on
            tensors as the allocator lays them out (ours with e.g. --knobs maxHandleBytes=2097152:
@@ -45,6 +48,9 @@ ap.add_argument("--steps", type=int, default=20, help="smoke: training steps")
 ap.add_argument("--seconds", type=float, default=20.0, help="integrity: how long the stress runs")
 ap.add_argument("--knobs", default="", help="ours: the policy's knobs, k=v,k=v")
 ap.add_argument("--seed", type=int, default=1234)
+ap.add_argument("--capacity-bytes", type=int, default=0,
+                help="integrity: a memory budget (ours: enable(capacity_bytes=...); PyTorch's: set_per_process_memory_fraction); "
+                     "an allocation it cannot serve is caught, the thread frees some of its tensors and goes on")
 ap.add_argument("--reps", type=int, default=20, help="layout: timed repetitions per kernel")
 args = ap.parse_args()
 try:
@@ -275,8 +281,11 @@ if args.check == "integrity":
     import random
     import threading
 
+    cap = args.capacity_bytes
     if ours is not None:
-        ours.enable(args.policy, **knobs)
+        ours.enable(args.policy, **({"capacity_bytes": cap} if cap else {}), **knobs)
+    elif cap:
+        torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(0).total_memory)
     MiB = 1 << 20
     WINDOW = 48  # live tensors per thread
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
@@ -296,7 +305,7 @@ if args.check == "integrity":
     allocated0 = allocated()  # the counters only
     sleep = getattr(torch.cuda, "_sleep", None)
     deadline = time.perf_counter() + args.seconds
-    per_thread = [dict(allocs=0, bytes=0, cross_uses=0, stitch_rounds=0, lags=0) for _ in streams]
+    per_thread = [dict(allocs=0, bytes=0, cross_uses=0, stitch_rounds=0, lags=0, ooms=0) for _ in streams]
     errors = []
 
     def stress(me):
@@ -306,8 +315,23 @@ if args.check == "integrity":
         next_tag = [me << 29]
         window = []  # [tensor, tag]
 
+        def empty(nbytes):
+            # under a budget an allocation may not be served: free a quarter of the window, ask for half
+            while True:
+                try:
+                    return torch.empty(max(1, nbytes // 4), dtype=torch.int32, device="cuda")
+                except torch.cuda.OutOfMemoryError:
+                    if not cap or nbytes <= 512:
+                        raise
+                    n["ooms"] += 1
+                    for e in rng.sample(window, len(window) // 4):
+                        if len(e) == 2:
+                            retire(e)
+                            e.append(None)  # a placeholder entry: [None] until replaced
+                    nbytes //= 2
+
         def new(nbytes):
-            t = torch.empty(max(1, nbytes // 4), dtype=torch.int32, device="cuda")
+            t = empty(nbytes)
             tag = next_tag[0] = next_tag[0] + 1
             t.fill_(tag)
             n["allocs"] += 1
@@ -321,6 +345,8 @@ if args.check == "integrity":
             return [t, tag]
 
         def retire(entry):
+            if len(entry) != 2:  # a placeholder (freed under pressure)
+                return
             t, tag = entry
             bad[me].add_((t != tag).sum())  # queued on mine, before the free below
             entry.clear()
@@ -379,10 +405,21 @@ if args.check == "integrity":
     torch.empty(1, device="cuda")
     torch.cuda.synchronize()
     left_bytes = allocated() - allocated0
-    res = dict(mismatches=mismatches, control_mismatches=control, threads=per_thread, errors=errors,
+    served_after = None
+    if cap:  # after every out-of-memory the allocator serves again: half the budget at once
+        try:
+            half = torch.empty(cap // 2, dtype=torch.uint8, device="cuda")
+            half.fill_(1)
+            served_after = int(half[-1].item()) == 1
+            del half
+        except torch.cuda.OutOfMemoryError as e:
+            served_after = False
+            errors.append(f"after the run: {str(e)[:200]}")
+    res = dict(mismatches=mismatches, capacity_bytes=cap or None, ooms=sum(n["ooms"] for n in per_thread),
+               served_after=served_after, control_mismatches=control, threads=per_thread, errors=errors,
                allocs=sum(n["allocs"] for n in per_thread), bytes=sum(n["bytes"] for n in per_thread),
                seconds_run=round(ran_s, 2), left_allocated_bytes=left_bytes)
-    ok = not errors and mismatches == 0 and control == 1000 and left_bytes == 0
+    ok = not errors and mismatches == 0 and control == 1000 and left_bytes == 0 and served_after is not False
     if ours is not None:
         st = ours.stats()
         res["engine"] = {k: st.get(k) for k in ("num_cross_stream_reuses", "num_deferred_frees", "pending_frees", "live_blocks",

@@ -29,16 +29,20 @@ import live_summary  # noqa: E402
 FAKE_TORCH = '''
 import contextlib, os, threading
 __version__ = "fake"
-int32, int64 = "int32", "int64"
+int32, int64, uint8 = "int32", "int64", "uint8"
 _lock = threading.Lock()
 _live = [0]
+_cap = [int(os.environ.get("FAKE_CAPACITY", "0"))]  # bytes; 0: none (ours' enable or the fraction sets it)
 _fills = [0]
 _corrupt = int(os.environ.get("FAKE_CORRUPT", "0"))
 
 class Tensor:
-    def __init__(self, n, v=0):
-        self._n, self._v, self._bytes = n, v, 4 * n
+    def __init__(self, n, v=0, esize=4, budgeted=False):
+        self._n, self._v, self._bytes = n, v, esize * n
         with _lock:
+            if budgeted and _cap[0] and _live[0] + self._bytes > _cap[0]:
+                self._bytes = 0
+                raise cuda.OutOfMemoryError("CUDA out of memory (fake)")
             _live[0] += self._bytes
     def __del__(self):
         with _lock:
@@ -60,6 +64,8 @@ class Tensor:
         return self
     def item(self):
         return self._v
+    def __getitem__(self, i):
+        return Tensor(1, self._v, 0)
     def record_stream(self, s):
         assert isinstance(s, cuda.Stream)
 
@@ -67,13 +73,21 @@ def empty(*shape, dtype=None, device=None):
     n = 1
     for k in shape:
         n *= k if isinstance(k, int) else 1
-    return Tensor(n)
+    return Tensor(n, 0, 1 if dtype == uint8 else 4, budgeted=True)
 
 def zeros(shape, dtype=None, device=None):
     return Tensor(1, 0)
 
 class _Cuda:
     _tls = threading.local()
+    class OutOfMemoryError(RuntimeError):
+        pass
+    class _Props:
+        total_memory = 1 << 40
+    def get_device_properties(self, d):
+        return self._Props()
+    def set_per_process_memory_fraction(self, f):
+        _cap[0] = int(f * (1 << 40))
     class Stream:
         def wait_stream(self, other):
             assert isinstance(other, _Cuda.Stream)
@@ -133,9 +147,11 @@ FAKE_OURS = '''
 import json, os
 import torch
 _knobs = None
-def enable(policy, **knobs):
+def enable(policy, capacity_bytes=None, **knobs):
     global _knobs
     _knobs = dict(knobs, policy=policy)
+    if capacity_bytes:
+        torch._cap[0] = capacity_bytes
 def stats():
     return {"allocated_bytes.all.current": torch._live[0], "pending_frees": 0, "num_cross_stream_reuses": 3,
             "num_deferred_frees": 2, "driver_total_calls": 5, "driver_calls": {"memMap": 5, "memUnmap": 0},
@@ -300,6 +316,13 @@ class Integrity(unittest.TestCase):
         self.assertEqual(r["knobs"], {"crossStream": "false"})
         self.assertEqual(r["engine"]["num_cross_stream_reuses"], 3)
         self.assertEqual(r["engine"]["driver_calls"], {"memMap": 5})
+
+    def test_under_a_budget_out_of_memory_is_caught_and_served_again(self):
+        for policy in ("vms", "pytorch-expandable"):
+            rc, r = self.run_check("--policy", policy, "--capacity-bytes", str(3 << 30))
+            self.assertEqual((rc, r["ok"], r["mismatches"], r["served_after"]), (0, True, 0, True), r)
+            self.assertGreater(r["ooms"], 0, r)
+            self.assertEqual(r["capacity_bytes"], 3 << 30)
 
     def test_layout_reports_every_kernel_and_the_engine(self):
         rc, r = self.run_check("--policy", "vms", "--knobs", "maxHandleBytes=2097152", "--reps", "3", check="layout")
