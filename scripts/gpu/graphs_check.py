@@ -189,14 +189,24 @@ def case_generate(torch, ours, steps):
     cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
                                    num_key_value_heads=4, vocab_size=8192, max_position_embeddings=1024)
     model = transformers.LlamaForCausalLM(cfg).to("cuda").eval()
-    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    compiled = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+
+    def forward(*a, **k):
+        # each token a new step of the graphs; the logits copied out before the next replay
+        # overwrites them (generate keeps them past it: PyTorch refuses that otherwise)
+        torch.compiler.cudagraph_mark_step_begin()
+        out = compiled(*a, **k)
+        out.logits = out.logits.clone()
+        return out
+
+    model.forward = forward
     gen = torch.Generator(device="cuda").manual_seed(7)
     prompt = torch.randint(0, cfg.vocab_size, (2, 16), device="cuda", generator=gen)
     tokens = []
     with torch.no_grad():
         for _ in range(2):  # the second round replays the graphs the first recorded
             out = model.generate(prompt, max_new_tokens=max(8, steps * 4), do_sample=False, cache_implementation="static",
-                                 pad_token_id=0)
+                                 pad_token_id=0, disable_compile=True)  # ours is the one compile
             tokens.append(out[:, prompt.shape[1]:].tolist())
     return {"tokens": tokens, "pools": pool_figures(ours)}
 

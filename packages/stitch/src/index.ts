@@ -6,7 +6,7 @@
 //   analysis/          what runs over replays: verify against the recording, the smallest capacity (fit),
 //                      the memory state at the peak
 //   outside-policies/  a policy module's loading, and the guard and thread that hold it to the contract
-//   driver-adaptors/   drivers that wrap a driver: recorded addresses (address oracle), a GPU that lags
+//   driver-adaptors/   drivers that wrap a driver: recorded addresses (address oracle), a GPU that lags, capture's guard
 // The entry points stay here: this file, policy-kit.ts (@gmlake/stitch/policy) and testing.ts
 // (@gmlake/stitch/testing); each hands the built-in policies to the registry (register-builtins.ts).
 import "./register-builtins.js";
@@ -51,6 +51,7 @@ export { replayRow, type ReplayRow } from "./replay/replay-row.js";
 export { verify, type VerifyOptions, type VerifyResult, type SnapshotLike, type SegmentEvent } from "./analysis/verify.js";
 export { AddressOracleDriver } from "./driver-adaptors/address-oracle.js";
 export { LaggingGpu } from "./driver-adaptors/lagging-gpu.js";
+export { CaptureGuard, CAPTURE_REFUSED } from "./driver-adaptors/capture-guard.js";
 export { planTrace, type TracePlan } from "./replay/pairing.js";
 export { privatePoolTags, poolStreamKey, poolStreamsOf } from "./replay/private-pools.js";
 export { smallestCapacity, FIT_RESOLUTION, type FitOptions, type FitResult } from "./analysis/fit.js";

@@ -17,16 +17,16 @@
  */
 import { gzipSync } from "node:zlib";
 
-import { Allocator, getPolicy, type Block, type Policy } from "@gmlake/stitch";
+import { Allocator, CAPTURE_REFUSED, CaptureGuard, getPolicy, type Block, type Policy } from "@gmlake/stitch";
 import { exportMemoryViz } from "@gmlake/trace";
-import { createDriver, HostDriver, SimDriver, type VmmDriver } from "@gmlake/vmm";
+import { createDriver, HostDriver, SimDriver, VmmError, type VmmDriver } from "@gmlake/vmm";
 
 import { AddressTable } from "./address-table.js";
 import { MemoryBudget } from "./budget.js";
 import { BoundedHistory } from "./bounded-history.js";
 import { coerceKnobs, parseKnobText } from "./knobs.js";
 import { FRONT_CACHE_MAX_ENTRIES } from "./ops.js";
-import { PrivatePools } from "./private-pools.js";
+import { PoolError, PrivatePools, STATUS_CAPTURE } from "./private-pools.js";
 
 export type LiveDriverName = "cuda" | "host" | "sim";
 
@@ -111,7 +111,8 @@ export class LiveAllocator {
       this.base.close();
       throw e;
     }
-    this.driver = config.adaptDriver ? config.adaptDriver(this.budget) : this.budget;
+    this.guard = new CaptureGuard(this.budget);
+    this.driver = config.adaptDriver ? config.adaptDriver(this.guard) : this.guard;
     try {
       this.allocator = new Allocator(this.policy, this.driver, {
         options: knobs,
@@ -126,8 +127,27 @@ export class LiveAllocator {
     this.recording = this.allocator.recorder !== null;
     const reserve = config.poolReserveBytes ?? 0;
     if (!Number.isSafeInteger(reserve) || reserve < 0) throw new Error(`poolReserveBytes takes a byte count (an integer >= 0), not ${String(reserve)}`);
-    // a pool grows outside capture only: there an out-of-memory may empty the caches and retry, as alloc does
-    const take = (n: number, key: number): Block | null => {
+    // outside capture an out-of-memory may empty the caches and retry, as alloc does; during one
+    // the guard lets only mapping calls through (no sync, no unmap: they would break the capture)
+    const take = (n: number, key: number, capturing: boolean): Block | null => {
+      if (capturing) {
+        this.guard.capturing = true;
+        try {
+          return this.allocator.tryMalloc(n, key);
+        } catch (e) {
+          if (e instanceof VmmError && e.code === CAPTURE_REFUSED) {
+            throw new PoolError(
+              STATUS_CAPTURE,
+              `gmlake: an allocation of ${n} bytes during CUDA-graph capture would need the ${this.policy.name} policy to ` +
+                `${e.call} (${e.message}); warm up in the pool first (capture again with pool=, or run the code under ` +
+                `torch.cuda.use_mem_pool) or set GMLAKE_POOL_RESERVE_BYTES to what a capture needs`,
+            );
+          }
+          throw e;
+        } finally {
+          this.guard.capturing = false;
+        }
+      }
       const b = this.allocator.tryMalloc(n, key);
       if (b !== null) return b;
       this.allocator.emptyCache();
@@ -154,6 +174,8 @@ export class LiveAllocator {
   private largestSinceMark = 0;
   /** Frees of engine blocks that arrived while a capture was underway: made once none is (no engine call, so no driver call, during capture). */
   private readonly captureDeferred: Block[] = [];
+  /** What a pool's growth during a CUDA-graph capture may call (set around those engine calls only). */
+  private readonly guard: CaptureGuard;
   /** The memory budget the policy sees (capacityOf) and the driver calls meet. */
   readonly budget: MemoryBudget;
 

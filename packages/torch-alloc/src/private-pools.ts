@@ -8,16 +8,21 @@
  * policy sizes them, vms stitches them and never lends them) and held, allocated in the
  * engine's books, for the pool's life; the pool carves its blocks out of them. So an
  * empty_cache or an out-of-memory release never unmaps an address a captured graph replays
- * into, and an allocation or a free during a capture makes no engine call at all, hence no
- * driver call: the pool grows only outside capture (at the window's begin, which PyTorch
- * calls before cudaStreamBeginCapture, it takes what the capture is expected to need).
+ * into. At the window's begin (PyTorch calls it before cudaStreamBeginCapture) the pool takes
+ * what the capture is expected to need; during a capture it grows as PyTorch's pools do, by
+ * an engine call that may map memory but neither synchronizes nor unmaps (the engine's
+ * take(capturing): stitch's CaptureGuard under it); a free during a capture makes no engine call.
  */
 import { poolStreamKey, type Block } from "@gmlake/stitch";
 
 /** What the pools need of the engine (the LiveAllocator). */
 export interface PoolEngine {
-  /** An engine block of at least `size` bytes on `key`, or null when out of memory. May call the driver. */
-  take(size: number, key: number): Block | null;
+  /**
+   * An engine block of at least `size` bytes on `key`, or null when out of memory. May call the
+   * driver; `capturing`: a CUDA graph is being captured, so no synchronization and no unmap (a
+   * call that would need one throws a PoolError STATUS_CAPTURE).
+   */
+  take(size: number, key: number, capturing: boolean): Block | null;
   /** A block from take() back to the engine. */
   give(b: Block): void;
 }
@@ -175,7 +180,7 @@ export class PrivatePools {
   private readonly freeOrdinals: number[] = [];
   /** Pools whose open window allocated during a capture (frees of other blocks wait for it: no engine call during capture). */
   capturing = 0;
-  readonly counts = { begins: 0, ends: 0, releases: 0, poolAllocs: 0, poolFrees: 0, segmentsTaken: 0, bytesReturned: 0, captureRefusals: 0 };
+  readonly counts = { begins: 0, ends: 0, releases: 0, poolAllocs: 0, poolFrees: 0, segmentsTaken: 0, bytesReturned: 0, captureGrows: 0 };
 
   constructor(
     private readonly engine: PoolEngine,
@@ -220,9 +225,9 @@ export class PrivatePools {
   }
 
   /** A block taken from the engine for p; `halving`: on out of memory, try half (down to MIN_SEGMENT). */
-  private grow(p: Pool, bytes: number, halving: boolean): boolean {
+  private grow(p: Pool, bytes: number, halving: boolean, capturing = false): boolean {
     for (let n = bytes; n >= Math.min(bytes, MIN_SEGMENT); n = Math.floor(n / 2 / MIN_SEGMENT) * MIN_SEGMENT) {
-      const blk = this.engine.take(n, p.streamKey);
+      const blk = this.engine.take(n, p.streamKey, capturing);
       if (blk !== null) {
         p.addSegment(blk);
         this.counts.segmentsTaken++;
@@ -234,9 +239,9 @@ export class PrivatePools {
   }
 
   /**
-   * An allocation in pool `ordinal`'s open window. During a capture only the pool's free
-   * memory serves (no engine call); outside one the pool takes a block from the engine when
-   * it has no room. Throws a PoolError (STATUS_CAPTURE, or -1 out of memory).
+   * An allocation in pool `ordinal`'s open window: the pool takes a block from the engine when
+   * it has no room (during a capture one that maps memory only). Throws a PoolError
+   * (STATUS_CAPTURE: growing would have needed a synchronization or an unmap; -1 out of memory).
    */
   alloc(ordinal: number, size: number, capturing: boolean): number {
     const p = this.byOrdinal.get(ordinal);
@@ -249,18 +254,10 @@ export class PrivatePools {
     this.counts.poolAllocs++;
     let addr = p.carve(n);
     if (addr !== null) return addr;
-    if (capturing) {
-      this.counts.captureRefusals++;
-      throw new PoolError(
-        STATUS_CAPTURE,
-        `gmlake: an allocation of ${n} bytes during CUDA-graph capture finds no room in its private pool (${p.key}): ` +
-          `${fmtMiB(p.freeBytes)} free of ${fmtMiB(p.reserved)} taken before the capture began. The stitching allocator makes ` +
-          `no driver call during capture, so a pool grows only outside it: warm up in the pool first (capture once and capture ` +
-          `again with pool=, or run the code under torch.cuda.use_mem_pool), or set GMLAKE_POOL_RESERVE_BYTES to what a capture needs`,
-      );
-    }
-    if (!this.grow(p, n > MiB ? n : MIN_SEGMENT, false)) {
-      throw new PoolError(-1, `CUDA out of memory. Tried to allocate ${fmtMiB(n)} in private pool (${p.key}) (the engine has no room for it).`);
+    if (capturing) this.counts.captureGrows++;
+    if (!this.grow(p, n > MiB ? n : MIN_SEGMENT, false, capturing)) {
+      const during = capturing ? " during CUDA-graph capture (the pool grows then by mapping memory, never by giving any back)" : "";
+      throw new PoolError(-1, `CUDA out of memory. Tried to allocate ${fmtMiB(n)} in private pool (${p.key})${during} (the engine has no room for it).`);
     }
     addr = p.carve(n)!;
     return addr;

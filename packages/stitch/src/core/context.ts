@@ -1,5 +1,5 @@
 import type { Chunk, ChunkPool } from "@gmlake/chunk-pool";
-import { capacityOf, DRIVER_CALLS, type EventHandle, type VmmDriver } from "@gmlake/vmm";
+import { capacityOf, DRIVER_CALLS, DriverAdaptor, type EventHandle, type VmmDriver } from "@gmlake/vmm";
 import { EventKind, type AllocatorSettings, type EventLog } from "@gmlake/trace";
 import { isDriverOom, StitchError } from "./errors.js";
 import type { DeviceFacts, MapAccess, PhysicalChunk, PolicyContext } from "./policy-context.js";
@@ -356,6 +356,14 @@ export class AllocatorContext {
  * private field (a policy in plain JavaScript cannot reach the driver or the books through
  * it either).
  */
+/** Whether a driver adaptor in the chain says only mapping calls may be made now (CaptureGuard's `mapOnly`). */
+function mapOnlyOf(driver: VmmDriver): boolean {
+  for (let d: VmmDriver | undefined = driver; d !== undefined; d = d instanceof DriverAdaptor ? d.inner : undefined) {
+    if ((d as { readonly mapOnly?: boolean }).mapOnly === true) return true;
+  }
+  return false;
+}
+
 class PolicyView implements PolicyContext {
   readonly #c: AllocatorContext;
   readonly device: DeviceFacts;
@@ -375,6 +383,9 @@ class PolicyView implements PolicyContext {
   }
   get capacityBytes(): number {
     return capacityOf(this.#c.driver);
+  }
+  get mapOnly(): boolean {
+    return mapOnlyOf(this.#c.driver);
   }
   get integrity(): boolean {
     return this.#c.integrity;

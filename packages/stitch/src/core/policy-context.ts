@@ -48,6 +48,12 @@ export interface PolicyContext {
    * processes' use is not in it (freeDeviceBytes() is the call that sees it).
    */
   readonly capacityBytes: number;
+  /**
+   * Only new memory may be mapped now: a CUDA graph is being captured (live, a private pool
+   * growing), when a synchronization or an unmap would break the capture. A policy then moves
+   * and releases no handle (vms takes no donor); the driver refuses what would.
+   */
+  readonly mapOnly: boolean;
   /** Bytes of live plain (cudaMalloc) segments (read-only). */
   readonly plainSegmentBytes: number;
   /**

@@ -357,6 +357,9 @@ class GuardedView implements PolicyContext {
   get capacityBytes(): number {
     return this.#v.capacityBytes;
   }
+  get mapOnly(): boolean {
+    return this.#v.mapOnly;
+  }
   get integrity(): boolean {
     return this.#v.integrity;
   }

@@ -354,7 +354,8 @@ export abstract class VmsState {
       const gapEnd = Math.min(block.addr + block.size, this.ceilG(windowEnd));
       gaps.push({ start: gapStart, end: gapEnd, roomEnd: block.addr + block.size, donors: [] });
     }
-    const candidates = donorsFor(this.pool, this.o, arena, windowStart, size, stream);
+    // While only mapping is allowed (a CUDA-graph capture) no handle moves: the window gets new ones.
+    const candidates = this.ctx.mapOnly ? [] : donorsFor(this.pool, this.o, arena, windowStart, size, stream);
     // Handles no larger than a share of the request, so that what later requests leave free is more often a whole handle.
     const pressureHandleCap = this.pressureCap();
     const handleCap = Math.min(this.o.maxHandleBytes, pressureHandleCap, Math.max(this.g, this.ceilG(size / this.o.handlesPerRequest)));
