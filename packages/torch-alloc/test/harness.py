@@ -16,6 +16,9 @@ crash is then a failed case, not a lost run):
   throw                        gmlake_alloc (PyTorch's entry point) throws on out of memory
                                (std::runtime_error, or the registered thrower's type) and
                                on a wrong device, never returns null (test/throw_check.cc)
+  foresight                    GMLAKE_SPECULATE's predictor on its own: patterns foreseen, the
+                               context's reach, table collisions, the peek throttle
+                               (test/foresight_test.cc, no Node)
   oom                          out of memory is a status with PyTorch's message, and the
                                allocator goes on working
   bad-free                     a free of an address not live (queued for the next call) is
@@ -1509,6 +1512,7 @@ def restart():
 CASES = {
     "enable": enable_with_stub_torch,
     "throw": throw_check,
+    "foresight": lambda: check_program("foresight_test"),
     "oom": oom,
     "bad-free": bad_free,
     "call-times": call_times,
