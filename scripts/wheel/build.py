@@ -37,7 +37,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TA = os.path.join(ROOT, "packages", "torch-alloc")
 NODELIB = os.path.join(TA, "build", "libnode", "usr", "lib", "x86_64-linux-gnu")
 NODESHARE = os.path.join(TA, "build", "libnode", "usr", "share", "nodejs")
-# The files libnode reads at start (torch_alloc.cc checks the same five).
+# The files libnode reads at start (native/alloc_start.cc checks the same five).
 BUILTINS = ("cjs-module-lexer/lexer.js", "cjs-module-lexer/dist/lexer.js", "undici/undici-fetch.js",
             "acorn/dist/acorn.js", "acorn-walk/dist/walk.js")
 # Libraries a glibc x86_64 host provides (glibc's own, GCC's runtime) and three that every

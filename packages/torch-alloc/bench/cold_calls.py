@@ -6,7 +6,7 @@ of live-pair.mjs (a window of 64 live blocks, 512 B to 64 MiB), and between ever
   none    only this loop's own Python and ctypes
   numpy   also 1 MiB of float64 updated with numpy (the data caches evicted)
   python  also 300 turns of a Python loop (the interpreter's code and data)
---ping: the bare round trip (gmlake_ping) instead of alloc+free: what entering JS costs.
+--ping: the bare round trip (gmlake_ping, libgmlake_bench_calls.so) instead of alloc+free: what entering JS costs.
 --total: GMLAKE_TIME_CALLS=total (the whole calls only, two clock reads a call, as the plug
 times PyTorch's own allocator) instead of 1 (also the parts: four more reads a JS call).
 
@@ -57,6 +57,10 @@ try:
     native = gmlake_torch.start(args.policy, driver="sim")
 except gmlake_torch.GmlakeError as e:
     sys.exit(str(e))
+if args.ping:  # the bench-only calls (bench/bench_calls.cc), beside the library
+    import ctypes
+    ping = ctypes.CDLL(os.path.join(os.path.dirname(gmlake_torch.library_path()), "libgmlake_bench_calls.so")).gmlake_ping
+    ping.argtypes, ping.restype = [ctypes.c_double], ctypes.c_double
 rng = random.Random(1234)
 sizes = [512 << rng.randrange(18) for _ in range(4096)]
 window = []
@@ -70,7 +74,7 @@ for i in range(64):
 def run(n):
     for i in range(n):
         if args.ping:
-            native.lib.gmlake_ping(1.0)
+            ping(1.0)
             between(i)
             continue
         k, size = i & 63, sizes[i & 4095]

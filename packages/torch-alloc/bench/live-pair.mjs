@@ -1,5 +1,5 @@
 // Per-call cost of the JS side, without the native layer: alloc+free pairs through the
-// bridge's call() (what embed.cc calls) in the pattern of python/gmlake_torch/pair_bench.cc
+// bridge's call() (what native/node_host.cc calls) in the pattern of python/gmlake_torch/pair_bench.cc
 // (src/pair-pattern.ts: the same loop the library's OP_BENCH_PAIRS runs inside the
 // embedded Node), on the sim driver.
 //   node bench/live-pair.mjs [--policy vms] [--record true|false] [--pairs 200000] [--reps 5]

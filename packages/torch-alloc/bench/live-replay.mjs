@@ -1,5 +1,5 @@
 // Per-call cost of the JS side in a realistic state: the alloc/free sequence of a real
-// recorded trace (../shared/traces) driven through the bridge the way native/embed.cc
+// recorded trace (../shared/traces) driven through the bridge the way native/embedding.cc
 // drives it (call slots for allocs; frees written into the free queue and handed over at
 // the next call, a flush when the queue is full), on the sim driver, record off. Each
 // trace address is mapped to the address the bridge returned. A PyTorch free reaches the
@@ -16,7 +16,7 @@
 // --evict-kib N: the caches are swept (N KiB read) before each call and only the calls are
 // timed (a clock read around each, about 40 ns, counted): a cold-cache state nearer to
 // PyTorch's process, where the training's own work runs between two allocations.
-// --front-cache N: the native front cache as embed.cc keeps it (frontCacheEntries = N): the
+// --front-cache N: the native front cache as free_queue.cc keeps it (frontCacheEntries = N): the
 // last N frees held, an alloc of a held block's size and stream served from it without a
 // call (not timed: no JS runs), OP_ALLOC_CACHED while blocks are held, and the held blocks
 // queued before OP_ALLOC when the policy would grow, before empty_cache and at the end.
@@ -28,7 +28,7 @@
 // --drain: the JS thread's free draining (GMLAKE_THREADING=thread): each free is handed to
 // the engine by an untimed OP_FLUSH as soon as it is queued, as the JS thread does while it
 // waits for the next request, so a timed call finds no free to take first.
-// --speculate K (with --drain): GMLAKE_SPECULATE=K as embed.cc does it: after each call and
+// --speculate K (with --drain): GMLAKE_SPECULATE=K as embedding.cc does it: after each call and
 // each drain the JS thread asks the engine where the allocation it expects next would land
 // (engine.peekCached; expected: the one that followed the same last k allocations, sizes and
 // streams, the last time, k = K .. 1), and an allocation that was foreseen takes that answer
@@ -161,7 +161,7 @@ let midOp = 0;
 for (let j = 0, seen = 0; j < ops; j++) if (kind[j] === OP_K_ALLOC && seen++ === allocs >> 1) midOp = j;
 const secondHalf = allocs - (allocs >> 1);
 
-// ---- one rep: a fresh bridge, the whole sequence, driven as embed.cc drives it ----
+// ---- one rep: a fresh bridge, the whole sequence, driven as embedding.cc drives it ----
 async function rep() {
   const bridge = await createBridge({ policy: values.policy, knobs, driver: "sim", record: values.record === "true", device, frontCacheEntries: frontCache });
   const queue = new Float64Array(FREE_QUEUE_LENGTH);

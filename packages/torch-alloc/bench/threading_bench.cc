@@ -1,18 +1,19 @@
 // Per-call latency of the allocator library as PyTorch calls it, for choosing the
 // threading design (README "Threading") and for the per-call cost part by part
 // (BENCHMARKS.md). Loads libgmlake_torch_alloc.so with dlopen (RTLD_LOCAL, as ctypes
-// does), starts it with one design, then times each call on its own:
+// does), and libgmlake_bench_calls.so beside it (bench/bench_calls.cc: the bench-only calls),
+// starts it with one design, then times each call on its own:
 //   ping_1/_n  the bare round trip C++ -> JS -> C++ (gmlake_ping), 1 and T threads
 //   pair_1/_n  an alloc + free pair through the engine (a window of 64 live blocks per
 //              thread, sizes 512 B to 8 MiB, random replacement, each thread on its own stream)
 //   pb_pair    pairs in the pattern of the in-PyTorch benchmark (python/gmlake_torch/pair_bench.cc:
 //              sizes 512 B << 0..17, the oldest of 64 replaced, stream 0), 1 thread, with
-//   pb_alloc, pb_free  its two halves timed apart (a free only queues: embed.h)
+//   pb_alloc, pb_free  its two halves timed apart (a free only queues: contract.h)
 //   js_pair    the same loop run inside the embedded Node (gmlake_bench_js_pairs): the
 //              JS engine's work alone, mean ns per pair
 //   capture_check  one cuStreamIsCapturing(legacy stream) in a loop, when libcuda.so.1 loads and
 //              cuInit succeeds (else {"skipped": why}); with --driver cuda every alloc
-//              and free of the pairs above pays it too (torch_alloc.cc), unless
+//              and free of the pairs above pays it too (native/capture.cc), unless
 //              --capture-check pool (what enable() sets once PyTorch's pool-window hooks
 //              are wired: no capture check outside a window)
 // One design per process (Node starts once per process).
@@ -259,12 +260,29 @@ int main(int argc, char** argv) {
   }
   start = reinterpret_cast<StartFn>(dlsym(lib, "gmlake_start"));
   lastError = reinterpret_cast<ErrFn>(dlsym(lib, "gmlake_last_error"));
-  ping = reinterpret_cast<PingFn>(dlsym(lib, "gmlake_ping"));
   tryAlloc = reinterpret_cast<TryAllocFn>(dlsym(lib, "gmlake_try_alloc"));
   freeFn = reinterpret_cast<FreeFn>(dlsym(lib, "gmlake_free"));
-  jsPairs = reinterpret_cast<JsPairsFn>(dlsym(lib, "gmlake_bench_js_pairs"));
-  if (!start || !lastError || !ping || !tryAlloc || !freeFn || !jsPairs) {
+  if (!start || !lastError || !tryAlloc || !freeFn) {
     std::fprintf(stderr, "threading_bench: %s lacks an entry point\n", argv[1]);
+    return 1;
+  }
+  // the round trip and the pairs inside JS: libgmlake_bench_calls.so beside the library (a
+  // library built before they moved out of it, a bundled baseline, has them itself)
+  void* benchCalls = lib;
+  if (dlsym(lib, "gmlake_ping") == nullptr) {
+    std::string path = argv[1];
+    size_t slash = path.rfind('/');
+    path = (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/libgmlake_bench_calls.so";
+    benchCalls = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (benchCalls == nullptr) {
+      std::fprintf(stderr, "threading_bench: %s\n", dlerror());
+      return 1;
+    }
+  }
+  ping = reinterpret_cast<PingFn>(dlsym(benchCalls, "gmlake_ping"));
+  jsPairs = reinterpret_cast<JsPairsFn>(dlsym(benchCalls, "gmlake_bench_js_pairs"));
+  if (!ping || !jsPairs) {
+    std::fprintf(stderr, "threading_bench: no gmlake_ping / gmlake_bench_js_pairs for %s\n", argv[1]);
     return 1;
   }
   std::string noCuda = LoadCuda();

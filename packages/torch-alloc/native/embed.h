@@ -1,5 +1,5 @@
 // The C ABI between the allocator entry points (torch_alloc.cc, loaded by PyTorch, which
-// links nothing of Node) and the Node embedding (embed.cc, libgmlake_embed.so, which links
+// links nothing of Node) and the Node embedding (embed_abi.cc, libgmlake_embed.so, which links
 // Debian's libnode.so.108). torch_alloc.cc dlopens the embedding on gmlake_start(), so a
 // missing or broken libnode is an error message, never a failed load of the allocator.
 #pragma once
@@ -22,11 +22,13 @@ enum GmlakeThreading {
 typedef int (*gmlake_embed_start_fn)(const char* boot, const char* config_json, int threading, char* err, size_t errlen);
 typedef double (*gmlake_embed_call_fn)(int op, double a, double b, double c);
 typedef char* (*gmlake_embed_text_fn)(int op, const char* arg);
-// GMLAKE_TIME_CALLS, parsed here only: 0 off, 1 the parts too (out[0..3]), 2 =total (out untouched).
+// GMLAKE_TIME_CALLS, parsed by this library only (config.cc): 0 off, 1 the parts too (out[0..3]), 2 =total (out untouched).
 typedef int (*gmlake_embed_times_fn)(double* out);
 
-int gmlake_embed_start(const char* boot, const char* config_json, int threading, char* err, size_t errlen);
-double gmlake_embed_call(int op, double a, double b, double c);
-char* gmlake_embed_text(int op, const char* arg);
-int gmlake_embed_times(double* out);
+// The only symbols libgmlake_embed.so exports (it builds with -fvisibility=hidden).
+#define GMLAKE_EMBED_EXPORT __attribute__((visibility("default")))
+GMLAKE_EMBED_EXPORT int gmlake_embed_start(const char* boot, const char* config_json, int threading, char* err, size_t errlen);
+GMLAKE_EMBED_EXPORT double gmlake_embed_call(int op, double a, double b, double c);
+GMLAKE_EMBED_EXPORT char* gmlake_embed_text(int op, const char* arg);
+GMLAKE_EMBED_EXPORT int gmlake_embed_times(double* out);
 }

@@ -1,11 +1,11 @@
 /**
- * What the embedded Node calls (native/embed.cc through native/boot.cjs): createBridge
+ * What the embedded Node calls (native/node_host.cc through native/boot.cjs): createBridge
  * loads the policy module if any, starts a LiveAllocator and returns two functions,
  * `call(op, a, b, c)` for the hot path (numbers in, a number out: an address, 0, or a
  * status < 0 with the message kept for `text(TEXT_LAST_ERROR)`) and `text(op, arg)` for
  * statistics, snapshots and close, plus `attachFreeQueue`: frees the native side queued,
  * taken at the start of every call (one isolate entry per alloc+free pair). Ops and
- * statuses are native/embed.h's.
+ * statuses are native/contract.h's.
  */
 import { renameSync, writeFileSync, writeSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
@@ -57,26 +57,26 @@ export interface Bridge {
   call(op: number, a: number, b: number, c: number): number;
   text(op: number, arg: string): string;
   /**
-   * The native side's free queue (embed.h): [0] frees queued, [1] of them failed (set
+   * The native side's free queue (native/contract.h, free_queue.h): [0] frees queued, [1] of them failed (set
    * here), [2] to [4] the front cache's hits, their bytes and the frees it passed on, then
    * (address, size, stream) each; read at the start of every call and text.
    */
   attachFreeQueue(slots: Float64Array): void;
   /**
-   * The hot path without arguments (embed.cc): `call` on slots [0..3] = (op, a, b, c),
+   * The hot path without arguments (native/node_host.cc): `call` on slots [0..3] = (op, a, b, c),
    * its answer written to slots [0]. Numbers passed as arguments are boxed on every call
    * (an address is no small integer); typed-array slots are not.
    */
   attachCallSlots(slots: Float64Array): () => void;
   readonly live: LiveAllocator;
-  /** The native front cache's size in blocks (LiveConfig.frontCacheEntries; 0: off), read by embed.cc at start. */
+  /** The native front cache's size in blocks (LiveConfig.frontCacheEntries; 0: off), read by native/embedding.cc at start. */
   readonly frontCacheEntries: number;
   /** The device the allocator serves (the front cache serves only it). */
   readonly device: number;
-  /** The policy can say where an allocation would land (peekCached): what GMLAKE_SPECULATE needs, read by embed.cc at start. */
+  /** The policy can say where an allocation would land (peekCached): what GMLAKE_SPECULATE needs, read by native/embedding.cc at start. */
   readonly peeks: boolean;
   /**
-   * Answers worked out ahead are on by default (embed.cc): the policy peeks and is a built-in
+   * Answers worked out ahead are on by default (native/embedding.cc): the policy peeks and is a built-in
    * one. An outside policy's peeks are used only when asked for (GMLAKE_SPECULATE=K): a peek
    * that its malloc then contradicts stops the process, so it is the user's choice.
    */

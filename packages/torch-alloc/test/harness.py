@@ -16,6 +16,9 @@ crash is then a failed case, not a lost run):
   throw                        gmlake_alloc (PyTorch's entry point) throws on out of memory
                                (std::runtime_error, or the registered thrower's type) and
                                on a wrong device, never returns null (test/throw_check.cc)
+  foresight                    GMLAKE_SPECULATE's predictor on its own: patterns foreseen, the
+                               context's reach, table collisions, the peek throttle
+                               (test/foresight_test.cc, no Node)
   oom                          out of memory is a status with PyTorch's message, and the
                                allocator goes on working
   bad-free                     a free of an address not live (queued for the next call) is
@@ -1224,13 +1227,27 @@ def pool_capture_grows():
     print(json.dumps({"case": "pool-capture-grows", "message": msg}))
 
 
-def throw_check():
-    exe = os.path.join(HERE, "..", "build", "bin", "throw_check")
+def check_program(name, *args):
+    """A C++ check of build/bin: exit 0, or what it said failed."""
+    exe = os.path.join(HERE, "..", "build", "bin", name)
     if not os.path.exists(exe):
         return f"{exe} missing (build first)"
-    r = subprocess.run([exe, gmlake_torch.library_path()], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([exe, *args], capture_output=True, text=True, timeout=120)
     print(r.stdout.strip())
-    return None if r.returncode == 0 else f"throw_check exited {r.returncode}: {r.stdout.strip()} {r.stderr.strip()}"
+    return None if r.returncode == 0 else f"{name} exited {r.returncode}: {r.stdout.strip()} {r.stderr.strip()}"
+
+
+def throw_check():
+    return check_program("throw_check", gmlake_torch.library_path())
+
+
+def bench_calls():
+    """libgmlake_bench_calls.so beside the library (bench/bench_calls.cc): the bench-only calls
+    into the engine the library's gmlake_start loaded (gmlake_ping, gmlake_bench_js_pairs)."""
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(gmlake_torch.library_path()), "libgmlake_bench_calls.so"))
+    lib.gmlake_ping.argtypes = [ctypes.c_double]
+    lib.gmlake_ping.restype = ctypes.c_double
+    return lib
 
 
 def snapshot_paths():
@@ -1375,6 +1392,9 @@ def fork_child(threading_design):
     if st != 0:
         return f"alloc failed: {native.error()}"
     fill(a, MiB, 1)
+    bench = bench_calls()  # loaded before the fork, as a benchmark would be
+    if bench.gmlake_ping(1.0) != 1.0:
+        return f"ping in the parent: {bench.gmlake_ping(1.0)}, expected 1.0"
 
     def child(calls):
         """Runs calls() in a forked child; (its exit status or signal, what it said)."""
@@ -1425,7 +1445,7 @@ def fork_child(threading_design):
                 out[name] = "ok"
             except gmlake_torch.GmlakeError as e:
                 out[name] = str(e)
-        out["ping"] = native.lib.gmlake_ping(1.0)
+        out["ping"] = bench.gmlake_ping(1.0)
         return out
 
     spare = tempfile.mkdtemp()  # not a with block: the child's exit would leave it and remove the folder
@@ -1500,6 +1520,7 @@ def restart():
 CASES = {
     "enable": enable_with_stub_torch,
     "throw": throw_check,
+    "foresight": lambda: check_program("foresight_test"),
     "oom": oom,
     "bad-free": bad_free,
     "call-times": call_times,

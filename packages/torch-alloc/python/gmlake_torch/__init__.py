@@ -79,8 +79,6 @@ class _Native:
         lib.gmlake_text.argtypes = [ctypes.c_int, ctypes.c_char_p]
         lib.gmlake_text.restype = ctypes.c_void_p
         lib.gmlake_text_free.argtypes = [ctypes.c_void_p]
-        lib.gmlake_ping.argtypes = [ctypes.c_double]
-        lib.gmlake_ping.restype = ctypes.c_double
         lib.gmlake_set_oom_thrower.argtypes = [ctypes.c_void_p]
         lib.gmlake_set_capture_check.argtypes = [ctypes.c_int]
         lib.gmlake_set_capture_check.restype = ctypes.c_int

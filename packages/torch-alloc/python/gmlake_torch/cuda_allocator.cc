@@ -53,7 +53,7 @@ namespace c10::cuda::CUDACachingAllocator {
 using namespace ::gmlake_compat;
 namespace gmlake_native {
 
-// libgmlake_torch_alloc.so's entry points (torch_alloc.cc), found with dlsym at install.
+// libgmlake_torch_alloc.so's entry points (native/torch_alloc.h lists its files), found with dlsym at install.
 struct Api {
   int (*try_alloc)(size_t, int, void*, void**) = nullptr;
   void (*free)(void*, size_t, int, void*) = nullptr;

@@ -1,0 +1,176 @@
+// The process's one embedding (embedding.h): its start, its calls into JS by either design,
+// and the JS thread's own work while it waits (drains, answers worked out ahead).
+#include "embedding.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace gmlake {
+
+Embedding g_embedding;
+
+bool Embedding::Start(const std::string& boot, const std::string& config, int threading, std::string* err) {
+  std::lock_guard<std::mutex> lock(startMutex_);
+  if (started_) return true;
+  if (startError_.empty()) {
+    std::string e;
+    if (StartOnce(boot, config, threading, &e)) {
+      started_ = true;
+      return true;
+    }
+    startError_ = e;
+  }
+  *err = startError_;
+  return false;
+}
+
+bool Embedding::StartOnce(const std::string& boot, const std::string& config, int threading, std::string* err) {
+  if (!ReadEmbedConfig(threading, &config_, err)) return false;
+  if (config_.drainUs >= 0) queue_.MirrorPending();
+  parts_.Configure(config_.timeParts, config_.timeWhole);
+  threading_ = threading;  // before Node starts: OnBridge reads it
+  boot_ = boot;
+  configJson_ = config;
+  if (threading != kThreadingThread) return StartNode(err);
+  handoff_.Configure(config_.spinUs, config_.drainUs, &queue_.pending(), config_.timeParts);
+  return handoff_.Start(this, err);
+}
+
+bool Embedding::StartNode(std::string* err) {
+  return host_.Start(boot_, configJson_, config_.nodeFlagsText, config_.nodeFlags, queue_.slots(), FreeQueue::kSlotCount,
+                     [this](const NodeHost::Bridge& b, std::string* e) { return OnBridge(b, e); }, err);
+}
+
+// What the bridge offers, taken up: the free queue, the front cache, answers worked out ahead.
+bool Embedding::OnBridge(const NodeHost::Bridge& bridge, std::string* err) {
+  if (bridge.freeQueue) {
+    queue_.Attach();
+    if (bridge.sized) {
+      queue_.SetDevice(bridge.device);
+      double n = bridge.frontCacheEntries;
+      if (n > 0 && n <= kFrontCacheMaxEntries) queue_.EnableFrontCache(static_cast<size_t>(n));
+    }
+  }
+  // GMLAKE_SPECULATE=K (one JS thread only): once the JS thread is idle it foresees the next
+  // allocation from the last K and asks the engine where it would land (kOpPeek: no change).
+  // An alloc that matches takes that address at once, without the hand-off, while nothing
+  // happened in between (FreeQueue::TakeForeseen; the bridge checks). Unasked, on with one JS
+  // thread for a built-in policy that peeks, the front cache off (an outside policy's peeks
+  // are the user's to turn on); asked, refused below where it cannot be.
+  int context = config_.speculate;
+  if (!config_.speculateAsked && threading_ == kThreadingThread && bridge.speculatesByDefault &&
+      queue_.frontCacheEntries() == 0) {
+    context = kSpecDefault;
+  }
+  if (context > 0) {
+    if (!bridge.peeks) {
+      *err = "GMLAKE_SPECULATE needs a policy that can say where an allocation would land (peekCached; vms can)";
+      return false;
+    }
+    if (queue_.frontCacheEntries() != 0) {
+      *err = "GMLAKE_SPECULATE and the front cache (frontCacheEntries) do not go together: the cache's held blocks are outside the engine's state the answers are worked out from";
+      return false;
+    }
+    foresight_.Configure(context);
+    learn_.reserve(4096);
+    queue_.EnableForesight(context);
+  }
+  return true;
+}
+
+double Embedding::CallEngine(int op, double a, double b, double c, std::string* err) {
+  if (queue_.on()) queue_.HandOver(draining_);
+  const bool timed = parts_.on() && !ownCall_;  // the JS thread's own drains and peeks are nobody's call
+  uint64_t js[2];
+  double v;
+  if (!host_.Call(op, a, b, c, &v, timed ? js : nullptr, err)) return kStatusError;
+  if (timed) parts_.Called(js[0], js[1]);
+  if (queue_.TakeFailedMark()) ReportFreeErrors();
+  if (v < 0) host_.LastError(err);
+  return v;
+}
+
+char* Embedding::TextEngine(int op, const std::string& arg) {
+  if (queue_.on() && op != kTextFreeErrors) queue_.HandOver(draining_);
+  return host_.Text(op, arg);
+}
+
+// Holding the isolate, after a call: queued frees that failed (a free cannot fail towards
+// PyTorch) are said loudly, as an unqueued one would be.
+void Embedding::ReportFreeErrors() {
+  char* msg = host_.Text(kTextFreeErrors, "");
+  std::fprintf(stderr, "%s\n", msg);
+  std::free(msg);
+}
+
+double Embedding::Dispatch(int op, double a, double b, double c) {
+  if (threading_ == kThreadingThread) return handoff_.Call(op, a, b, c, &lastError);
+  uint64_t t0 = parts_.on() ? NowNs() : 0;
+  double r = 0;
+  std::string err;
+  host_.Locked([&] {
+    if (parts_.on()) parts_.Entered(t0, NowNs());
+    r = CallEngine(op, a, b, c, &err);
+  });
+  if (r < 0) lastError = err;
+  return r;
+}
+
+char* Embedding::DispatchText(int op, const std::string& arg) {
+  if (threading_ == kThreadingThread) return handoff_.Text(op, arg);
+  char* out = nullptr;
+  host_.Locked([&] { out = TextEngine(op, arg); });
+  return out;
+}
+
+double Embedding::AllocFrontCached(double size, double device, double stream) {
+  bool holding;
+  double address = queue_.TakeHeld(size, device, stream, &holding);
+  if (address != 0) return address;
+  double r = holding ? Dispatch(kOpAllocCached, size, device, stream) : Dispatch(kOpAlloc, size, device, stream);
+  if (r == kStatusNotCached) {
+    queue_.GiveBackHeld();
+    r = Dispatch(kOpAlloc, size, device, stream);
+  }
+  if (r >= 0) queue_.Allocated(r, size, stream);
+  return r;
+}
+
+double Embedding::Call(int op, double a, double b, double c, uint64_t postedNs, std::string* err) {
+  if (parts_.on()) parts_.Entered(postedNs, NowNs());
+  return CallEngine(op, a, b, c, err);
+}
+
+// GMLAKE_DRAIN_US: the JS thread, waiting, hands the queued frees to the engine (an OP_FLUSH
+// of its own). The engine takes the same frees in the same order before the same alloc as
+// without it, so it decides the same; only the work moves off the caller's wait.
+void Embedding::Drain() {
+  draining_ = ownCall_ = true;
+  std::string err;
+  double r = CallEngine(kOpFlush, 0, 0, 0, &err);
+  draining_ = ownCall_ = false;
+  if (r < 0) std::fprintf(stderr, "gmlake: handing queued frees to the engine failed: %s\n", err.c_str());
+}
+
+// After each of its calls and drains: learn the allocations since, foresee the next, peek.
+// `seen`: the last request taken; one posted since goes first (a peek would only delay it).
+void Embedding::Speculate(uint32_t seen) {
+  if (queue_.foresightContext() == 0) return;
+  double made, taken;
+  bool queued = queue_.TakeLearned(&learn_, &made, &taken);
+  for (const Req& r : learn_) foresight_.Learn(r);
+  learn_.clear();
+  throttle_.Observe(made, taken);
+  Req next;
+  if (queued || !foresight_.Foresee(&next)) return;  // frees first (a drain follows, then this again)
+  if (!throttle_.Allow()) return;
+  if (handoff_.PostedSince(seen)) return;
+  ownCall_ = true;
+  std::string err;
+  double addr = CallEngine(kOpPeek, next.size, queue_.device(), next.stream, &err);
+  ownCall_ = false;
+  if (addr <= 0) return;
+  queue_.Foresee(next.size, next.stream, addr);
+}
+
+}  // namespace gmlake

@@ -1,0 +1,67 @@
+// The predictor behind GMLAKE_SPECULATE (foresight.h).
+#include "foresight.h"
+
+#include <cstring>
+
+namespace gmlake {
+
+namespace {
+uint64_t MixIn(uint64_t h, double x) {
+  uint64_t v;
+  std::memcpy(&v, &x, sizeof v);
+  return (h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))) * 0xff51afd7ed558ccdull;
+}
+}  // namespace
+
+uint64_t Foresight::ContextTag(const Req* hist, int len, int k) {
+  uint64_t h = static_cast<uint64_t>(k);
+  for (int i = len - k; i < len; i++) h = MixIn(MixIn(h, hist[i].size), hist[i].stream);
+  // the table takes the low bits, which the products above barely move (sizes differ in high bits)
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 29;
+  return h | 1;
+}
+
+void Foresight::Configure(int context) {
+  context_ = context < 1 ? 0 : context > kSpecMaxContext ? kSpecMaxContext : context;
+  histLen_ = 0;
+  table_.assign(kSlots, Slot{0, {0, 0}});
+}
+
+void Foresight::Learn(const Req& r) {
+  if (context_ == 0) return;
+  for (int k = 1; k <= histLen_; k++) {
+    uint64_t t = ContextTag(hist_, histLen_, k);
+    table_[t & (kSlots - 1)] = {t, r};
+  }
+  if (histLen_ == context_) {
+    std::memmove(hist_, hist_ + 1, sizeof(Req) * static_cast<size_t>(histLen_ - 1));
+    histLen_--;
+  }
+  hist_[histLen_++] = r;
+}
+
+bool Foresight::Foresee(Req* out) const {
+  for (int k = histLen_; k >= 1; k--) {
+    uint64_t t = ContextTag(hist_, histLen_, k);
+    const Slot& sl = table_[t & (kSlots - 1)];
+    if (sl.tag == t) {
+      *out = sl.next;
+      return true;
+    }
+  }
+  return false;
+}
+
+void PeekThrottle::Observe(double made, double taken) {
+  if (made - windowMade_ >= 256) {
+    few_ = (taken - windowTaken_) < (made - windowMade_) / 8;
+    windowMade_ = made;
+    windowTaken_ = taken;
+  }
+}
+
+bool PeekThrottle::Allow() { return !(few_ && (++chances_ & 15) != 0); }
+
+}  // namespace gmlake

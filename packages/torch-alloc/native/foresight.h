@@ -1,0 +1,68 @@
+// GMLAKE_SPECULATE's predictor: which allocation follows the last K ones (the same size and
+// stream that followed them the last time). Plain C++, no Node: the JS thread learns the
+// allocations callers made and asks it for the next (embedding.cc), test/foresight_test.cc
+// checks it on its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace gmlake {
+
+// One allocation request as the predictor sees it.
+struct Req {
+  double size, stream;
+};
+
+// The most allocations the foresight looks back on (GMLAKE_SPECULATE's upper bound).
+constexpr int kSpecMaxContext = 8;
+// The default with one JS thread (H200, BENCHMARKS.md "Host time per step (runs 31 to 33)": vms's host time in
+// alloc+free fell to or below PyTorch expandable_segments' own on lora, fsdp and gpt2_ft).
+constexpr int kSpecDefault = 6;
+
+// Which allocation followed the last k ones (k = K .. 1), in a direct-mapped table (a
+// collision only makes a wrong guess, which the caller's exact match turns into a miss),
+// and the last K allocations.
+class Foresight {
+ public:
+  static constexpr size_t kSlots = size_t{1} << 16;
+
+  // Looks back on `context` allocations (1 .. kSpecMaxContext); the table is allocated here.
+  void Configure(int context);
+  int context() const { return context_; }
+  // One allocation made, in the order callers made them.
+  void Learn(const Req& r);
+  // The allocation that followed the longest context seen before that matches the last ones.
+  bool Foresee(Req* out) const;
+
+  // The tag of the last k of `hist` (never 0, which marks an empty slot); its low bits pick the slot.
+  static uint64_t ContextTag(const Req* hist, int len, int k);
+
+ private:
+  struct Slot {
+    uint64_t tag;  // 0: empty
+    Req next;
+  };
+  std::vector<Slot> table_;
+  Req hist_[kSpecMaxContext];
+  int histLen_ = 0;
+  int context_ = 0;
+};
+
+// While callers take few answers (under 1 in 8 of the last 256 made: no pattern to foresee,
+// or no gap between calls, as in a hot loop), the JS thread peeks at 1 in 16 chances only.
+class PeekThrottle {
+ public:
+  // The answers made and taken so far: a window of 256 made closes and says whether few were taken.
+  void Observe(double made, double taken);
+  // Whether this chance to peek is taken.
+  bool Allow();
+
+ private:
+  double windowMade_ = 0, windowTaken_ = 0;
+  bool few_ = false;
+  uint32_t chances_ = 0;
+};
+
+}  // namespace gmlake

@@ -1,0 +1,130 @@
+// The free queue and the front cache (contract.h), with the answers worked out ahead that
+// callers take (GMLAKE_SPECULATE): everything any calling thread changes under the one mutex,
+// and the slots through which it reaches JS. Plain C++, no Node: whoever holds the isolate
+// calls HandOver before its call into JS (embedding.cc).
+//
+// Frees need no answer, so they are queued (a mutex, no isolate) and handed to JS with the
+// next call of any kind: one isolate entry per alloc+free pair, not two. With the front cache
+// on, the last frees are held here instead and an alloc of the same size on the same stream
+// takes one back without entering JS at all (README "Front cache").
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "contract.h"
+#include "foresight.h"  // Req
+
+namespace gmlake {
+
+class FreeQueue {
+ public:
+  // ---- at start, before any call (the bridge's answers, embedding.cc) ----
+  // The bridge took the slots (attachFreeQueue): frees are queued from now on.
+  void Attach();
+  // GMLAKE_DRAIN_US on: the queue's length is mirrored for the JS thread's spin loop (pending()).
+  void MirrorPending() { mirror_ = true; }
+  // The one device the engine serves.
+  void SetDevice(double device) { device_ = device; }
+  // The front cache holds the last `entries` frees (0 < entries <= kFrontCacheMaxEntries).
+  void EnableFrontCache(size_t entries);
+  // Answers worked out ahead looking back on `context` allocations (0: off).
+  void EnableForesight(int context);
+
+  bool on() const { return on_; }
+  double device() const { return device_; }
+  double* slots() { return slots_; }
+  static constexpr size_t kSlotCount = kFreeQueueLength;
+  size_t frontCacheEntries() const { return frontCacheEntries_.load(std::memory_order_relaxed); }
+  int foresightContext() const { return specContext_.load(std::memory_order_relaxed); }
+
+  // ---- any calling thread ----
+  // A free: queued, or held with the cache on. False: the queue is full (hand it over, then again).
+  bool Free(double address, double size, double stream, bool frontCache);
+  // An alloc, logged for the JS thread to learn from: true and *address when it matches the
+  // answer worked out ahead and nothing happened since the peek (no free queued, no call into
+  // JS); the allocation is then queued for the engine to make, at that address, before
+  // anything after it (a negative size: never a size of 0, whose negative, -0, could not mark it).
+  bool TakeForeseen(double size, double device, double stream, double* address);
+  // An alloc with the cache on: the newest held block of this size and stream, or 0 (none);
+  // *holding: blocks are held (then the engine serves from what it holds, kOpAllocCached).
+  double TakeHeld(double size, double device, double stream, bool* holding);
+  // The engine handed `address` out (the cache on): only such a block is held when freed.
+  void Allocated(double address, double size, double stream);
+  // record_stream on `address` (the cache on): its free waits on events, so it is never held.
+  void RecordStream(double address);
+  // Every held block to the queue, so the engine sees it at the next call: before it would
+  // grow, before empty_cache and before statistics, snapshots and close. `closing`: after
+  // close the engine hands nothing out, so nothing is held again.
+  void GiveBackHeld(bool closing = false);
+  // Close: nothing is foreseen after it (the engine hands nothing out).
+  void StopForeseeing();
+
+  // ---- whoever holds the isolate ----
+  // The queued frees into the slots JS reads at its next call, and the counters into the
+  // header. `draining`: the JS thread's own hand-over while it waited (counted).
+  void HandOver(bool draining);
+  // Queued frees JS said failed (slots [1]): true once, the mark cleared.
+  bool TakeFailedMark();
+
+  // ---- the JS thread ----
+  // The queue's length, mirrored (MirrorPending) for the spin loop: no mutex there.
+  const std::atomic<uint32_t>& pending() const { return pending_; }
+  // The allocations logged since the last time into *learn (swapped); *made, *taken the
+  // answers worked out ahead and taken so far. True: frees are queued.
+  bool TakeLearned(std::vector<Req>* learn, double* made, double* taken);
+  // An answer worked out ahead: an alloc of (size, stream) lands at `address` now.
+  void Foresee(double size, double stream, double address);
+
+ private:
+  // A held block stays allocated in the engine's books; `live_` knows every block the engine
+  // handed out (its size and stream at the alloc), so that only a block of ours, freed once,
+  // with its own size and stream and no other stream's use (record_stream: its free waits
+  // on events), is ever handed out again.
+  struct Held {
+    double addr, size, stream;
+  };
+  struct LiveBlock {
+    double size, stream;
+    bool held;      // in held_ now
+    bool recorded;  // record_stream was called on it
+  };
+  struct Spec {
+    bool valid;
+    double size, stream, addr;
+  };
+  static uint64_t Key(double address) { return static_cast<uint64_t>(address); }
+  void QueueLocked(double address, double size, double stream);
+  void GiveBackHeldLocked();
+  void HoldOrQueueLocked(double address, double size, double stream);
+  double TakeHeldLocked(double size, double device, double stream);
+
+  // The mutex on a line of its own: with answers worked out ahead every caller takes it on every
+  // allocation, so nothing else hot may share its line (BENCHMARKS.md "Per-call cost in a hot loop (run 35)").
+  alignas(64) std::mutex mutex_;
+  // Under mutex_:
+  alignas(64) std::vector<double> queue_;  // (address, size, stream) each
+  std::vector<Held> held_;                 // oldest first
+  std::unordered_map<uint64_t, LiveBlock> live_;
+  double frontCacheHits_ = 0, frontCacheHitBytes_ = 0, frontCachePasses_ = 0;
+  double drains_ = 0, drainedFrees_ = 0;  // the JS thread's hand-overs while it waited, their frees
+  Spec spec_{false, 0, 0, 0};
+  std::vector<Req> reqLog_;  // every alloc, in the order callers took the mutex, for the JS thread to learn from
+  double speculations_ = 0, specHits_ = 0;
+  // The queue's length for the JS thread's spin loop, on a line of its own.
+  alignas(64) std::atomic<uint32_t> pending_{0};
+  // Set at start, read by every call without the mutex.
+  alignas(64) std::atomic<size_t> frontCacheEntries_{0};  // the bridge's frontCacheEntries (0: off)
+  std::atomic<int> specContext_{0};                        // GMLAKE_SPECULATE's K (0: off)
+  bool on_ = false;      // the bridge took the slots (attachFreeQueue)
+  bool mirror_ = false;  // GMLAKE_DRAIN_US on: pending_ kept
+  double device_ = 0;
+  // The slots JS reads (a Float64Array there): the layout is contract.h's.
+  alignas(64) double slots_[kFreeQueueLength] = {};
+};
+
+}  // namespace gmlake
