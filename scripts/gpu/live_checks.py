@@ -320,8 +320,8 @@ if args.check == "integrity":
             while True:
                 try:
                     return torch.empty(max(1, nbytes // 4), dtype=torch.int32, device="cuda")
-                except torch.cuda.OutOfMemoryError:
-                    if not cap or nbytes <= 512:
+                except RuntimeError as e:  # torch.cuda.OutOfMemoryError, or the plug's RuntimeError saying so
+                    if not cap or nbytes <= 512 or "out of memory" not in str(e):
                         raise
                     n["ooms"] += 1
                     for e in rng.sample(window, len(window) // 4):
@@ -390,7 +390,10 @@ if args.check == "integrity":
         try:
             stress(me)
         except Exception as e:  # reported in the result, the check fails
-            errors.append(f"thread {me}: {type(e).__name__}: {str(e)[:300]}")
+            import traceback
+
+            where = " <- ".join(f"{f.name}:{f.lineno}" for f in reversed(traceback.extract_tb(e.__traceback__)[-3:]))
+            errors.append(f"thread {me}: {type(e).__name__} at {where}: {str(e)[:300]}")
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=body, args=(i,)) for i in range(len(streams))]
