@@ -1,7 +1,7 @@
 """The CUDA driver's virtual-memory calls through ctypes (no torch), for the GPU host's probes.
 
 One thread, the primary context of device 0, a read-write access descriptor and a pinned
-device allocation property, as packages/vmm/native/cuda_binding.cc makes them.
+device allocation property, as packages/vmm/native/cuda_device.cc and cuda_memory.cc make them.
 """
 import ctypes as C
 import os

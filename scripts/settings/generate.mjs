@@ -112,7 +112,7 @@ export function render(table, reads) {
     "native library (`libgmlake_torch_alloc.so`), an engine package, the CLIs, the scripts, the",
     "benches or the tests. \"Argument\": the keyword of `gmlake_torch.enable()` / `start()` that",
     "wins over the variable. Policy knobs (`GMLAKE_KNOBS`, the CLI's `--set`) are listed by",
-    "`gmlake policies`.",
+    "`gmlake policies`; an on/off knob takes `true`/`false` (or `1`/`0`, e.g. gmlake's `reAlloc=1`).",
     "",
     "| Name | Argument | Type | Default | Meaning | Read by |",
     "| --- | --- | --- | --- | --- | --- |",

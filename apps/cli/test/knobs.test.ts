@@ -63,6 +63,21 @@ describe("--set: every knob of every policy", () => {
     expect(r.stderr).toMatch(/^gmlake: .*(arenaBytes|smallPageSize|chunkSize|fragLimt|handlesPerRequest)/);
   });
 
+  it("gmlake's on/off knobs are booleans that take the original's 1/0 too: the same replay either way", () => {
+    const run = (...set: string[]) => {
+      const j = json<{ peakReservedBytes: number; driverCalls: Record<string, number>; counters: Record<string, number> }>(
+        cli(["replay", "--policy", "gmlake", "--set", "fragLimit=8MiB", ...set.flatMap((s) => ["--set", s]), "--json"]),
+      );
+      return [j.peakReservedBytes, j.driverCalls, j.counters];
+    };
+    const on = run("reAlloc=true", "setAccessPerChunk=false");
+    expect(run("reAlloc=1", "setAccessPerChunk=0")).toEqual(on);
+    expect(run("reAlloc=false", "setAccessPerChunk=false")).not.toEqual(on);
+    expect(run("vmmDefragment=0")).toEqual(run("vmmDefragment=false"));
+    const bad = cli(["replay", "--policy", "gmlake", "--set", "reAlloc=2"]);
+    expect([bad.code, bad.stderr.trimEnd()]).toEqual([2, "gmlake: gmlake.reAlloc accepts true or false (or 1/0), not '2'"]);
+  });
+
   it("a size with a unit is a byte count", () => {
     const j = json<{ rows: { policy: string }[] }>(cli(["compare", "--policies", "caching,gmlake", "--set", "fragLimit=8MiB", "--set", "maxSplitSize=64MiB", "--json"]));
     expect(j.rows.map((r) => r.policy)).toEqual(["caching", "gmlake"]);
@@ -74,6 +89,12 @@ describe("--set: every knob of every policy", () => {
     const frag = j.policies.find((p) => p.name === "gmlake")!.knobs.find((k) => k.name === "fragLimit")!;
     expect(frag).toMatchObject({ shown: "512MiB" });
     expect(frag.accepts).toMatch(/byte count/);
+    const onOff = j.policies.find((p) => p.name === "gmlake")!.knobs.filter((k) => ["vmmDefragment", "reAlloc", "setAccessPerChunk"].includes(k.name));
+    expect(onOff.map((k) => [k.name, k.shown, k.accepts])).toEqual([
+      ["vmmDefragment", "true", "true or false (or 1/0)"],
+      ["reAlloc", "false", "true or false (or 1/0)"],
+      ["setAccessPerChunk", "true", "true or false (or 1/0)"],
+    ]);
     const text = cli(["policies", "vms"]);
     expect(text.code).toBe(0);
     expect(text.stdout).toMatch(/--set donorOrder=hole\n(.*\n)+?\s+accepts one of hole, size/); // the description wrapped to the terminal

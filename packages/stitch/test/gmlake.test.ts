@@ -35,14 +35,31 @@ function twoFree(a: Allocator): [number, number] {
 }
 
 describe("gmlake set-access", () => {
-  it("one cuMemSetAccess per chunk as the original (setAccessPerChunk 1), one per range with 0; same modelled cost", () => {
+  it("one cuMemSetAccess per chunk as the original (setAccessPerChunk), one per range without; same modelled cost", () => {
     const per = make();
-    const range = make({ setAccessPerChunk: 0 });
+    const range = make({ setAccessPerChunk: false });
     expect(calls(per.driver, () => per.a.malloc(10 * MiB))).toEqual({ memCreate: 5, memAddressReserve: 1, memMap: 5, memSetAccess: 5 });
     expect(calls(range.driver, () => range.a.malloc(10 * MiB))).toEqual({ memCreate: 5, memAddressReserve: 1, memMap: 5, memSetAccess: 1 });
     // the sim charges a set-access per mapping it covers: five 2 MiB calls cost one call over five mappings
     expect(per.driver.stats().timeUs.memSetAccess).toBeCloseTo(range.driver.stats().timeUs.memSetAccess, 9);
-    expect(() => make({ setAccessPerChunk: 2 })).toThrow(StitchError);
+    expect(() => make({ setAccessPerChunk: 2 as unknown as boolean })).toThrow(StitchError);
+  });
+
+  it("its on/off knobs are booleans that take the original's 1/0 too (number or text), to the same decisions", () => {
+    // the calls of one malloc after two free 10 MiB pBlocks: each knob changes them
+    const run = (o: Record<string, unknown>, size: number) => {
+      const { a, driver } = make({ ...SMALL_FRAG, ...o } as Partial<GmlakeOptions>);
+      twoFree(a);
+      return calls(driver, () => a.free(a.malloc(size)));
+    };
+    for (const [name, size] of [["setAccessPerChunk", 16 * MiB], ["vmmDefragment", 16 * MiB], ["reAlloc", 24 * MiB]] as const) {
+      const on = run({ [name]: true }, size);
+      const off = run({ [name]: false }, size);
+      expect(on).not.toEqual(off);
+      for (const v of [0, "0", " 0 "]) expect(run({ [name]: v }, size)).toEqual(off);
+      for (const v of [1, "1", "true"]) expect(run({ [name]: v }, size)).toEqual(on);
+      for (const v of [2, -1, 0.5, "yes", "1.0", ""]) expect(() => make({ [name]: v } as Partial<GmlakeOptions>)).toThrow(/accepts true or false \(or 1\/0\), not/);
+    }
   });
 });
 
@@ -154,8 +171,8 @@ describe("gmlake state 2: stitch, StitchFree, sPool reuse", () => {
     a.close([]);
   });
 
-  it("vmmDefragment 0: chunk-backed caching, no stitch", () => {
-    const { a, g, driver } = make({ ...SMALL_FRAG, vmmDefragment: 0 });
+  it("vmmDefragment false: chunk-backed caching, no stitch", () => {
+    const { a, g, driver } = make({ ...SMALL_FRAG, vmmDefragment: false });
     twoFree(a);
     let s!: Block;
     expect(calls(driver, () => (s = a.malloc(16 * MiB)))).toEqual({ memCreate: 8, memAddressReserve: 1, memMap: 8, memSetAccess: 8 });
@@ -196,7 +213,7 @@ describe("gmlake states 3 and 4, defragLevel, reAlloc", () => {
   });
 
   it("reAlloc creates only the missing bytes and stitches them with the free pBlocks", () => {
-    const on = make({ ...SMALL_FRAG, reAlloc: 1 });
+    const on = make({ ...SMALL_FRAG, reAlloc: true });
     twoFree(on.a);
     let b!: Block;
     expect(calls(on.driver, () => (b = on.a.malloc(24 * MiB)))).toEqual({ memCreate: 10, memAddressReserve: 2, memMap: 22, memSetAccess: 22 });
@@ -352,7 +369,7 @@ describe("gmlake random mixes", () => {
     for (const [seed, options] of [
       [1, { fragLimit: 8 * MiB }],
       [2, { fragLimit: 8 * MiB, autoGC: 64 / 1024, reuseLimit: 2 }],
-      [3, { fragLimit: 8 * MiB, reAlloc: 1, defragLevel: 1 }],
+      [3, { fragLimit: 8 * MiB, reAlloc: true, defragLevel: 1 }],
       [4, { fragLimit: 8 * MiB, maxSplitSize: 24 * MiB, defragLevel: 2 }],
     ] as const) {
       const driver = withCapacity(new SimDriver(), 400 * MiB);

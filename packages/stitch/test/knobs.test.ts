@@ -63,6 +63,11 @@ describe("knob schemas", () => {
   it("units and command-line text convert to the knob's type", () => {
     const o = resolveOptions(BUILTIN_POLICIES.find((p) => p.name === "vms")!, { maxHandleBytes: "32MiB", crossStream: "false", arenaBytes: "null", handlesPerRequest: "2" });
     expect(o).toMatchObject({ maxHandleBytes: 32 * MiB, crossStream: false, arenaBytes: null, handlesPerRequest: 2 });
+    // a boolean takes 1/0 too (gmlake's on/off knobs were 0/1 integers), as a number or as text
+    const b = resolveOptions(BUILTIN_POLICIES.find((p) => p.name === "gmlake")!, { reAlloc: 1, vmmDefragment: "0", setAccessPerChunk: "true" });
+    expect(b).toMatchObject({ reAlloc: true, vmmDefragment: false, setAccessPerChunk: true });
+    expect(resolveOptions(BUILTIN_POLICIES.find((p) => p.name === "vms")!, { crossStream: 0 })).toMatchObject({ crossStream: false });
+    expect(() => resolveOptions(BUILTIN_POLICIES.find((p) => p.name === "vms")!, { crossStream: 2 })).toThrow("vms.crossStream accepts true or false (or 1/0), not 2");
   });
 
   it("several policies: a value goes to each that has the knob; one that none has is an error", () => {

@@ -8,10 +8,8 @@
  * statuses are native/contract.h's.
  */
 import { renameSync, writeFileSync, writeSync } from "node:fs";
-import { isAbsolute, resolve } from "node:path";
-import { pathToFileURL } from "node:url";
 
-import { BUILTIN_POLICIES, getPolicy, registerPolicy, type Policy } from "@gmlake/stitch";
+import { BUILTIN_POLICIES, getPolicy, loadPolicyModule, StitchError, type Policy } from "@gmlake/stitch";
 
 import { LiveAllocator, type LiveConfig } from "./live-allocator.js";
 import { PairPattern } from "./pair-pattern.js";
@@ -49,7 +47,12 @@ import {
 export * from "./ops.js";
 
 export interface BridgeConfig extends LiveConfig {
-  /** A module that registers a policy (registerPolicy at import) or exports one (default or `policy`). */
+  /**
+   * A module whose default export is a policy or a list of them (a path relative to the
+   * working directory, a file: URL or a package name), loaded by @gmlake/stitch's
+   * loadPolicyModule as --policy-module is in the CLI: the same shapes, the same
+   * StitchError BAD_MODULE / DUPLICATE_POLICY.
+   */
   readonly policyModule?: string;
 }
 
@@ -83,40 +86,13 @@ export interface Bridge {
   readonly speculatesByDefault: boolean;
 }
 
-function isPolicy(p: unknown): p is Policy {
-  return typeof p === "object" && p !== null && typeof (p as Policy).name === "string" && typeof (p as Policy).create === "function";
-}
-
-/** Imports `spec` (a path, relative to the working directory, or a URL) and registers the policy it exports. */
-export async function loadPolicyModule(spec: string): Promise<string[]> {
-  const url = /^[a-z]+:/i.test(spec) ? spec : pathToFileURL(isAbsolute(spec) ? spec : resolve(spec)).href;
-  let mod: Record<string, unknown>;
-  try {
-    mod = (await import(url)) as Record<string, unknown>;
-  } catch (e) {
-    throw new Error(`cannot load the policy module ${spec}: ${(e as Error).message}`);
-  }
-  const names: string[] = [];
-  for (const p of [mod.default, mod.policy]) {
-    if (isPolicy(p) && !names.includes(p.name)) {
-      // The module may have registered it in its own copy of @gmlake/stitch: ours needs it too.
-      registerPolicy(p, { replace: true });
-      names.push(p.name);
-    }
-  }
-  return names;
-}
-
 export async function createBridge(config: BridgeConfig): Promise<Bridge> {
   if (config.policyModule) {
-    const names = await loadPolicyModule(config.policyModule);
+    const names = (await loadPolicyModule(config.policyModule)).map((p) => p.name);
     try {
       getPolicy(config.policy);
     } catch {
-      throw new Error(
-        `the policy module ${config.policyModule} did not register a policy named ${config.policy}` +
-          (names.length > 0 ? ` (it exports ${names.join(", ")})` : ""),
-      );
+      throw new StitchError("UNKNOWN_POLICY", `the policy module ${config.policyModule} did not register a policy named ${config.policy} (it exports ${names.join(", ")})`);
     }
   }
   const live = new LiveAllocator(config);

@@ -1,6 +1,7 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 
 import { readSnapshotBytes, recordedBy } from "@gmlake/torch-trace";
 import { afterAll, describe, expect, it } from "vitest";
@@ -409,26 +410,35 @@ describe("the bridge", () => {
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
   });
 
-  it("loads a policy module that exports a policy, and reports a broken one clearly", async () => {
+  it("loads a policy module as the CLI does (its default export: a policy or a list), with stitch's typed errors", async () => {
     const good = join(dir, "my-policy.mjs");
     const stitchUrl = new URL("../../stitch/dist/index.js", import.meta.url).href;
     writeFileSync(
       good,
       `import { getPolicy } from ${JSON.stringify(stitchUrl)};\n` +
-        `const base = getPolicy("caching");\n` +
-        `export default { ...base, name: "my-caching", description: "caching under another name" };\n` +
-        `export const policy = { ...getPolicy("vms"), name: "my-vms", description: "vms under another name" };\n`,
+        `export default [\n` +
+        `  { ...getPolicy("caching"), name: "my-caching", description: "caching under another name" },\n` +
+        `  { ...getPolicy("vms"), name: "my-vms", description: "vms under another name" },\n` +
+        `];\n`,
     );
     const b = await createBridge({ policy: "my-caching", driver: "sim", policyModule: good });
     expect(b.live.policy.name).toBe("my-caching");
     b.live.close();
-    // an outside policy that peeks: its answers worked out ahead only when asked for
-    const v = await createBridge({ policy: "my-vms", driver: "sim", policyModule: good });
+    // an outside policy that peeks: its answers worked out ahead only when asked for; a file: URL names the same module
+    const v = await createBridge({ policy: "my-vms", driver: "sim", policyModule: pathToFileURL(good).href });
     expect([v.peeks, v.speculatesByDefault]).toEqual([true, false]);
     v.live.close();
+    const bad = (message: RegExp, code = "BAD_MODULE") => ({ name: "StitchError", code, message: expect.stringMatching(message) });
     const broken = join(dir, "broken.mjs");
     writeFileSync(broken, "export default {;\n");
-    await expect(createBridge({ policy: "x", driver: "sim", policyModule: broken })).rejects.toThrow(/cannot load the policy module/);
-    await expect(createBridge({ policy: "x", driver: "sim", policyModule: good })).rejects.toThrow(/did not register a policy named x \(it exports my-caching, my-vms\)/);
+    await expect(createBridge({ policy: "x", driver: "sim", policyModule: broken })).rejects.toMatchObject(bad(/^cannot load the policy module .*broken\.mjs: /));
+    // a named export is not where a module's policies are: only its default export is read
+    const named = join(dir, "named.mjs");
+    writeFileSync(named, `import { getPolicy } from ${JSON.stringify(stitchUrl)};\nexport const policy = { ...getPolicy("vms"), name: "named-vms", description: "x" };\n`);
+    await expect(createBridge({ policy: "named-vms", driver: "sim", policyModule: named })).rejects.toMatchObject(bad(/has no policy as its default export/));
+    await expect(createBridge({ policy: "x", driver: "sim", policyModule: join(dir, "nope.mjs") })).rejects.toMatchObject(bad(/: no such file/));
+    await expect(createBridge({ policy: "x", driver: "sim", policyModule: good })).rejects.toMatchObject(
+      bad(/did not register a policy named x \(it exports my-caching, my-vms\)/, "UNKNOWN_POLICY"),
+    );
   });
 });

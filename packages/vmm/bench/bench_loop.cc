@@ -31,7 +31,7 @@ namespace {
 // cuda data calls trust the caller that the bytes are mapped (the driver reports it if
 // not); the host ones check once, since a bad address there would be a segfault.
 
-// The handle objects are made in cuda_binding.cc / host_binding.cc; these mirror the
+// The handle objects are made in cuda_memory.cc / host_binding.cc; these mirror the
 // leading members of their wrapped structs. Checked at run time: the type tag, and that
 // the mirrored size equals the object's own `size` property (catches layout drift).
 struct CudaHandleView {

@@ -1,6 +1,7 @@
-// Module entry: the error-class hand-off; the helpers live in args.cc, the cuda and host
-// functions in cuda_binding.cc and host_binding.cc. Nothing test-only: the benchmark's
-// in-process loop is an addon of its own (bench/bench_loop.cc).
+// Module entry: the error-class hand-off; the helpers live in args.cc, the cuda functions
+// in cuda_*.cc (cuda_driver.h says which file holds what), the host ones in
+// host_binding.cc. Nothing test-only: the benchmark's in-process loop is an addon of its
+// own (bench/bench_loop.cc).
 #include "addon.h"
 
 namespace gmvmm {

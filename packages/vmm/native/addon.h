@@ -20,6 +20,8 @@ struct AddonState {
 /** A non-negative integer argument that fits a double exactly (addresses and sizes). */
 uint64_t ArgU64(const Napi::CallbackInfo& info, size_t index, const char* what);
 int ArgInt(const Napi::CallbackInfo& info, size_t index, const char* what);
+/** A Uint8Array argument (the bytes of a write, the buffer of a read). */
+Napi::Uint8Array BytesArg(const Napi::CallbackInfo& info, size_t index);
 std::string Hex(uint64_t value);
 
 /** Wraps `data` in a fresh object tagged with `tag`; the finalizer owns `data`. */

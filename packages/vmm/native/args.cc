@@ -39,6 +39,14 @@ int ArgInt(const Napi::CallbackInfo& info, size_t index, const char* what) {
   return static_cast<int>(v);
 }
 
+Napi::Uint8Array BytesArg(const Napi::CallbackInfo& info, size_t index) {
+  if (index >= info.Length() || !info[index].IsTypedArray() ||
+      info[index].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+    throw Napi::TypeError::New(info.Env(), "expected a Uint8Array");
+  }
+  return info[index].As<Napi::Uint8Array>();
+}
+
 std::string Hex(uint64_t value) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(value));

@@ -239,14 +239,6 @@ Napi::Value Memset(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-Napi::Uint8Array BytesArg(const Napi::CallbackInfo& info, size_t index) {
-  if (index >= info.Length() || !info[index].IsTypedArray() ||
-      info[index].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
-    throw Napi::TypeError::New(info.Env(), "expected a Uint8Array");
-  }
-  return info[index].As<Napi::Uint8Array>();
-}
-
 Napi::Value Write(const Napi::CallbackInfo& info) {
   uint64_t ptr = ArgU64(info, 0, "address");
   Napi::Uint8Array data = BytesArg(info, 1);

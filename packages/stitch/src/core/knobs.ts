@@ -10,14 +10,15 @@ export type KnobValue = number | boolean | string | number[] | null;
 export interface Knob {
   /**
    * bytes: an integer byte count (a string with a unit is accepted: "512MiB", "1.5GB");
-   * integer / number: with `unit` saying what it counts; boolean; choice: one of `choices`;
+   * integer / number: with `unit` saying what it counts; boolean (true/false; 1/0 too, the
+   * original GMLake's on/off variables' form); choice: one of `choices`;
    * divisions: PyTorch's roundup_power2_divisions (16 non-negative integers).
    */
   readonly type: "bytes" | "integer" | "number" | "boolean" | "choice" | "divisions";
   readonly default: KnobValue;
   /** One line: what it does. */
   readonly description: string;
-  /** What an integer or number counts ("GiB", "x request", "0/1"). */
+  /** What an integer or number counts ("GiB", "x request"). */
   readonly unit?: string;
   /** Inclusive bounds (numbers, byte counts); bytes default to [0, 2^50]. */
   readonly min?: number;
@@ -104,7 +105,7 @@ export function describeKnobRange(k: Knob): string {
   const orNull = k.nullMeans !== undefined ? ` or null (${k.nullMeans})` : "";
   switch (k.type) {
     case "boolean":
-      return `true or false${orNull}`;
+      return `true or false (or 1/0)${orNull}`;
     case "choice":
       return `one of ${(k.choices ?? []).join(", ")}${orNull}`;
     case "divisions":
@@ -146,7 +147,7 @@ export function checkKnob(policy: string, name: string, k: Knob, value: unknown)
   if (typeof v === "string") {
     const t = v.trim();
     if (t === "null") v = null;
-    else if (k.type === "boolean") v = t === "true" ? true : t === "false" ? false : bad();
+    else if (k.type === "boolean") v = t === "true" || t === "1" ? true : t === "false" || t === "0" ? false : bad();
     // a negative count only as a plain integer, where the knob allows it ("-1 = unlimited")
     else if (k.type === "bytes") v = parseByteSize(t) ?? (/^-\d+$/.test(t) ? Number(t) : bad());
     else if (k.type === "integer" || k.type === "number") v = /^[-+]?(\d+(\.\d*)?|\.\d+)(e[-+]?\d+)?$/i.test(t) ? Number(t) : bad();
@@ -161,7 +162,8 @@ export function checkKnob(policy: string, name: string, k: Knob, value: unknown)
   if (v === null) return k.nullMeans !== undefined ? null : bad();
   switch (k.type) {
     case "boolean":
-      return typeof v === "boolean" ? v : bad();
+      // 1/0: what gmlake's on/off knobs took when they were integers (and its original's variables)
+      return typeof v === "boolean" ? v : v === 1 ? true : v === 0 ? false : bad();
     case "choice":
       return typeof v === "string" && (k.choices ?? []).includes(v) ? v : bad();
     case "divisions":

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, isAbsolute, join, resolve } from "node:path";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { StitchError } from "../core/errors.js";
 import { getPolicy, notePolicyModule, registerPolicy, type Policy } from "../core/policy.js";
 import { policyCallWatch } from "./policy-guard.js";
@@ -29,14 +29,26 @@ function packageEntry(dir: string): string | null {
   return join(dir, rel);
 }
 
+/** The path of a file: URL (as the live bridge's config may give one); null for anything else. */
+function filePathOf(spec: string): string | null {
+  if (!/^file:/i.test(spec)) return null;
+  try {
+    return fileURLToPath(spec);
+  } catch (e) {
+    throw new StitchError("BAD_MODULE", `policy module ${spec}: not a file URL of this machine (${(e as Error).message})`);
+  }
+}
+
 /**
- * Where a --policy-module points: a file (relative to `from`) or a package name resolved
- * as Node resolves it from `from` (node_modules up the tree). Returns an absolute path.
+ * Where a --policy-module points: a file (relative to `from`, or a file: URL) or a package
+ * name resolved as Node resolves it from `from` (node_modules up the tree). Returns an
+ * absolute path.
  */
 export function resolvePolicyModule(spec: string, from: string = process.cwd()): string {
   if (typeof spec !== "string" || spec.trim() === "") throw new StitchError("BAD_MODULE", "Expected a policy module path or package name but received an empty string");
-  if (looksLikePath(spec)) {
-    const p = resolve(from, spec);
+  const url = filePathOf(spec);
+  if (url !== null || looksLikePath(spec)) {
+    const p = url ?? resolve(from, spec);
     if (!existsSync(p) || !statSync(p).isFile()) throw new StitchError("BAD_MODULE", `policy module ${spec}: no such file (${p})`);
     return p;
   }
@@ -59,8 +71,10 @@ function isPolicy(p: unknown): p is Policy {
 
 /**
  * Load a module whose default export is a policy or a list of policies, and register them
- * (a policy the module registered itself at import is the same object: nothing changes).
- * Errors are StitchError BAD_MODULE (cannot load, no policy exported) or the registry's
+ * (a policy the module registered itself at import, in this copy of @gmlake/stitch or in
+ * its own, is the same object in the one registry: nothing changes). The one loader of the
+ * CLI, the bench and the live engine (@gmlake/torch-alloc's policyModule). Errors are
+ * StitchError BAD_MODULE (cannot load, no policy exported) or the registry's
  * (DUPLICATE_POLICY: another policy has that name; BAD_ARGUMENT: a malformed policy).
  */
 export async function loadPolicyModule(spec: string, from: string = process.cwd()): Promise<Policy[]> {
@@ -72,7 +86,7 @@ export async function loadPolicyModule(spec: string, from: string = process.cwd(
   try {
     mod = (await import(pathToFileURL(path).href)) as { default?: unknown };
   } catch (e) {
-    throw new StitchError("BAD_MODULE", `policy module ${spec} failed to load: ${(e as Error)?.message?.split("\n")[0] ?? String(e)}`);
+    throw new StitchError("BAD_MODULE", `cannot load the policy module ${spec}: ${(e as Error)?.message?.split("\n")[0] ?? String(e)}`);
   } finally {
     watch?.leave();
   }

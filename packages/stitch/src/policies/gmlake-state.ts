@@ -14,8 +14,8 @@ const GiB = 2 ** 30;
 
 /** GMLake's knobs under the original (environment variable) names. */
 export interface GmlakeOptions extends Record<string, unknown> {
-  /** 1 = stitching on; 0 = caching with chunk-backed pBlocks (no stitch, no sPool). */
-  vmmDefragment: number;
+  /** Stitching on; false = caching with chunk-backed pBlocks (no stitch, no sPool). The original's 1/0 are accepted too (checkKnob). */
+  vmmDefragment: boolean;
   /** Stitch only requests of at least this many bytes (512 MiB in the latest code). */
   fragLimit: number;
   /** Reuse a free sBlock only if its size <= request x reuseLimit. */
@@ -24,12 +24,12 @@ export interface GmlakeOptions extends Record<string, unknown> {
   defragLevel: number;
   /** GiB of stitched virtual ranges that triggers a GC of free stitched blocks (the original's unit). */
   autoGC: number;
-  /** 1 = the original's reAlloc variant: a new allocation creates only the bytes missing from the stream's free pBlocks and stitches. */
-  reAlloc: number;
+  /** The original's reAlloc variant: a new allocation creates only the bytes missing from the stream's free pBlocks and stitches. */
+  reAlloc: boolean;
   /** Bytes of one physical chunk (one cuMemCreate); a multiple of the driver granularity. */
   chunkSize: number;
-  /** 1 = one cuMemSetAccess per chunk mapped, as the original does; 0 = one per mapped range. */
-  setAccessPerChunk: number;
+  /** One cuMemSetAccess per chunk mapped, as the original does; false = one per mapped range. */
+  setAccessPerChunk: boolean;
   /** PyTorch settings (null = the trace's recorded ones). */
   maxSplitSize: number | null;
   maxNonSplitRounding: number | null;
@@ -100,13 +100,13 @@ export abstract class GmlakeState {
     }
     this.C = o.chunkSize;
     this.invC = 1 / this.C;
-    this.vmm = o.vmmDefragment > 0;
+    this.vmm = o.vmmDefragment;
     this.fragLimit = o.fragLimit;
     this.reuseLimit = o.reuseLimit;
     this.defragLevel = o.defragLevel;
     this.autoGcBytes = o.autoGC * GiB;
-    this.reAlloc = o.reAlloc > 0;
-    this.access = o.setAccessPerChunk > 0 ? "each" : "range";
+    this.reAlloc = o.reAlloc;
+    this.access = o.setAccessPerChunk ? "each" : "range";
     ({ maxSplit: this.maxSplit, maxNonSplitRounding: this.maxNonSplitRounding, rp2: this.rp2 } = pytorchKnobs(ctx.settings, o));
     this.small = new CachingAllocator(ctx, {
       maxSplitSize: o.maxSplitSize,

@@ -438,14 +438,14 @@ export const gmlakePolicy: Policy<GmlakeOptions> = {
   description:
     "GMLake (ASPLOS'24) as its PyTorch 2.0 patch: 2 MiB chunk-backed pBlocks, stitched sBlocks of free pBlocks (BestFit's four states), sPool reuse, GC of stitched ranges",
   knobs: {
-    vmmDefragment: { type: "integer", min: 0, max: 1, unit: "0/1", default: 1, description: "1 = stitching on; 0 = caching with chunk-backed pBlocks (no stitch, no sPool)" },
+    vmmDefragment: { type: "boolean", default: true, description: "stitching on (false: caching with chunk-backed pBlocks, no stitch, no sPool)" },
     fragLimit: { type: "bytes", default: 512 * MiB, description: "stitch only requests of at least this many bytes" },
     reuseLimit: { type: "number", greaterThan: 0, max: 1e6, unit: "x request", default: 10, description: "reuse a free sBlock only if its size <= request x reuseLimit" },
     defragLevel: { type: "integer", min: 0, max: 4, default: 0, description: "0 = stitch before new memory; 1 = only after a new allocation failed; 2 = only after releasing the cache" },
     autoGC: { type: "number", min: 0, max: 2 ** 20, unit: "GiB", default: 1000, description: "stitched virtual bytes that trigger a GC of free stitched blocks" },
-    reAlloc: { type: "integer", min: 0, max: 1, unit: "0/1", default: 0, description: "1 = a new allocation creates only the bytes missing from the stream's free pBlocks, then stitches" },
+    reAlloc: { type: "boolean", default: false, description: "a new allocation creates only the bytes missing from the stream's free pBlocks, then stitches" },
     chunkSize: { type: "bytes", min: 1, max: 2 ** 40, default: 2 * MiB, description: "bytes of one physical chunk (one cuMemCreate); a multiple of the device granularity" },
-    setAccessPerChunk: { type: "integer", min: 0, max: 1, unit: "0/1", default: 1, description: "1 = one cuMemSetAccess per chunk mapped, as the original does; 0 = one per mapped range" },
+    setAccessPerChunk: { type: "boolean", default: true, description: "one cuMemSetAccess per chunk mapped, as the original does (false: one per mapped range)" },
     ...PYTORCH_KNOBS,
   },
   create: (ctx, o) => new GmlakeAllocator(ctx, o),
