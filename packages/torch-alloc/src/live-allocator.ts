@@ -90,9 +90,8 @@ export class LiveAllocator {
     const maxEntries = BoundedHistory.resolve(config.recordMaxEntries);
     const knobs = coerceKnobs(this.policy, { ...parseKnobText(config.knobText ?? "", "GMLAKE_KNOBS"), ...config.knobs });
     const name = config.driver ?? "cuda";
-    // No child-process probe before libcuda's first use here: PyTorch has initialized CUDA
-    // in this process already, and process.execPath is the Python interpreter, not node.
-    if (name === "cuda") process.env.GMLAKE_CUDA_PROBE = "0";
+    // No environment write to skip vmm's child-process probe: it skips itself where libcuda is
+    // loaded already (PyTorch's) or Node is embedded (process.execPath is not node).
     this.base =
       name === "host"
         ? new HostDriver({ capacityBytes: config.capacityBytes })

@@ -369,13 +369,18 @@ class StitchAllocator final : public CUDAAllocator {
     if (g_api.release_pool != nullptr) g_api.release_pool(device, mempool_id);
   }
   // torch.cuda.MemPool(): a pool of the engine's; MemPool(allocator=...) would put another
-  // allocator under ours, which the engine cannot hand memory to
+  // allocator under ours, which the engine cannot hand memory to. Two spellings, as torch's
+  // virtual takes a raw pointer (2.6-2.7) or a shared_ptr (later; 2.11 on the H200 did not
+  // call the raw one: MemPool fell to the base class's "does not yet support").
   void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t mempool_id, CUDAAllocator* allocator) {
     TORCH_CHECK(allocator == nullptr || allocator == this,
                 "gmlake: torch.cuda.MemPool(allocator=...) is not supported by the stitching allocator: its pools take "
                 "memory from the engine (use torch.cuda.MemPool() without an allocator)");
     TORCH_CHECK(g_api.create_pool != nullptr, "gmlake: torch.cuda.MemPool needs a libgmlake_torch_alloc.so with private pools");
     g_api.create_pool(device, mempool_id);
+  }
+  void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t mempool_id, std::shared_ptr<CUDAAllocator> allocator) {
+    createOrIncrefPool(device, mempool_id, allocator.get());
   }
   int getPoolUseCount(c10::DeviceIndex /*device*/, MempoolId_t mempool_id) {
     return g_api.pool_use_count != nullptr ? g_api.pool_use_count(mempool_id.first, mempool_id.second) : 0;
