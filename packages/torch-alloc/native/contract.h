@@ -40,14 +40,21 @@ constexpr int kFreeQueueSlots = 256;
 // JS. Before the engine would grow (kOpAllocCached answers kStatusNotCached), before
 // empty_cache and before any text operation, every held block goes to the queue.
 constexpr int kFrontCacheMaxEntries = 256;
-// The queue's slots: [0] frees queued, [1] of them failed, [2] front-cache hits so far,
-// [3] their bytes, [4] frees it passed to the engine (used on other streams, another size or
-// stream than at the alloc, an address not handed out), [5] hand-overs the JS thread made on
-// its own while it waited (GMLAKE_DRAIN_US), [6] the frees they handed over, [7] answers the
-// JS thread foresaw (GMLAKE_SPECULATE), [8] allocations that took one, then (address, size,
-// stream) for the queue plus a whole cache. An entry with a negative size is an allocation a
-// caller took from a foreseen answer: the engine makes it, at that address, before anything
-// after it.
+// The queue's slots: the header (GmlakeQueueSlot), then (address, size, stream) for the queue
+// plus a whole cache. An entry with a negative size is an allocation a caller took from a
+// foreseen answer: the engine makes it, at that address, before anything after it.
+enum GmlakeQueueSlot {
+  kQueueFrees = 0,             // frees queued (entries after the header)
+  kQueueFreeErrors = 1,        // of them failed (the bridge's text op says why)
+  kQueueFrontCacheHits = 2,    // front-cache hits so far
+  kQueueFrontCacheHitBytes = 3,
+  kQueueFrontCachePasses = 4,  // frees the front cache passed to the engine
+  kQueueDrains = 5,            // hand-overs the JS thread made on its own (GMLAKE_DRAIN_US)
+  kQueueDrainedFrees = 6,
+  kQueueSpeculations = 7,      // answers the JS thread foresaw (GMLAKE_SPECULATE)
+  kQueueSpecHits = 8,          // allocations that took one
+  kQueueSpecContext = 9,       // how many allocations the foresight looks back on (0: off)
+};
 constexpr int kFreeQueueHeader = 10;
 constexpr int kFreeQueueLength = kFreeQueueHeader + 3 * (kFreeQueueSlots + kFrontCacheMaxEntries);
 

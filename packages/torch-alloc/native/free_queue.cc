@@ -150,24 +150,24 @@ void FreeQueue::HandOver(bool draining) {
     drains_ += 1;
     for (size_t i = 1; i < take; i += 3) drainedFrees_ += queue_[i] >= 0 ? 1 : 0;  // not the foreseen allocations
   }
-  slots_[2] = frontCacheHits_;
-  slots_[3] = frontCacheHitBytes_;
-  slots_[4] = frontCachePasses_;
-  slots_[5] = drains_;
-  slots_[6] = drainedFrees_;
-  slots_[7] = speculations_;
-  slots_[8] = specHits_;
-  slots_[9] = specContext_.load(std::memory_order_relaxed);
+  slots_[kQueueFrontCacheHits] = frontCacheHits_;
+  slots_[kQueueFrontCacheHitBytes] = frontCacheHitBytes_;
+  slots_[kQueueFrontCachePasses] = frontCachePasses_;
+  slots_[kQueueDrains] = drains_;
+  slots_[kQueueDrainedFrees] = drainedFrees_;
+  slots_[kQueueSpeculations] = speculations_;
+  slots_[kQueueSpecHits] = specHits_;
+  slots_[kQueueSpecContext] = specContext_.load(std::memory_order_relaxed);
   if (n == 0) return;
   std::memcpy(slots_ + kFreeQueueHeader, queue_.data(), take * sizeof(double));
-  slots_[0] = static_cast<double>(take / 3);
+  slots_[kQueueFrees] = static_cast<double>(take / 3);
   queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
   if (mirror_) pending_.store(static_cast<uint32_t>(queue_.size() / 3), std::memory_order_relaxed);
 }
 
 bool FreeQueue::TakeFailedMark() {
-  if (slots_[1] == 0) return false;
-  slots_[1] = 0;
+  if (slots_[kQueueFreeErrors] == 0) return false;
+  slots_[kQueueFreeErrors] = 0;
   return true;
 }
 

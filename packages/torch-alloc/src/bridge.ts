@@ -42,6 +42,8 @@ import {
   TEXT_RESET_PEAKS,
   FREE_QUEUE_HEADER,
   FREE_QUEUE_LENGTH,
+  QUEUE_FREE_ERRORS,
+  QUEUE_FREES,
 } from "./ops.js";
 
 export * from "./ops.js";
@@ -109,8 +111,8 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
    * JS thread peeked for it, with nothing in between), which the engine now makes.
    */
   const takeFrees = (q: Float64Array): void => {
-    const n = q[0]!;
-    q[0] = 0;
+    const n = q[QUEUE_FREES]!;
+    q[QUEUE_FREES] = 0;
     for (let i = 0, at = FREE_QUEUE_HEADER; i < n; i++, at += 3) {
       if (q[at + 1]! < 0) {
         const got = live.alloc(-q[at + 1]!, q[at + 2]!);
@@ -127,7 +129,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
         freeErrors.push(`gmlake: free(0x${q[at]!.toString(16)}, ${q[at + 1]!}) failed: ${e instanceof Error ? e.message : String(e)}`);
       }
     }
-    if (freeErrors.length > 0) q[1] = freeErrors.length;
+    if (freeErrors.length > 0) q[QUEUE_FREE_ERRORS] = freeErrors.length;
   };
   const bridge: Bridge = {
     live,
@@ -150,7 +152,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
       };
     },
     call(op, a, b, c) {
-      if (queue !== null && queue[0] !== 0) takeFrees(queue);
+      if (queue !== null && queue[QUEUE_FREES] !== 0) takeFrees(queue);
       try {
         switch (op) {
           case OP_ALLOC:
@@ -214,10 +216,10 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
     },
     text(op, arg) {
       if (op === TEXT_FREE_ERRORS) {
-        if (queue !== null) queue[1] = 0;
+        if (queue !== null) queue[QUEUE_FREE_ERRORS] = 0;
         return freeErrors.splice(0).join("\n");
       }
-      if (queue !== null && queue[0] !== 0) takeFrees(queue);
+      if (queue !== null && queue[QUEUE_FREES] !== 0) takeFrees(queue);
       try {
         switch (op) {
           case TEXT_STATS:

@@ -25,7 +25,17 @@ import { AddressTable } from "./address-table.js";
 import { MemoryBudget } from "./budget.js";
 import { BoundedHistory } from "./bounded-history.js";
 import { coerceKnobs, parseKnobText } from "./knobs.js";
-import { FRONT_CACHE_MAX_ENTRIES } from "./ops.js";
+import {
+  FRONT_CACHE_MAX_ENTRIES,
+  QUEUE_DRAINED_FREES,
+  QUEUE_DRAINS,
+  QUEUE_FRONT_CACHE_HIT_BYTES,
+  QUEUE_FRONT_CACHE_HITS,
+  QUEUE_FRONT_CACHE_PASSES,
+  QUEUE_SPEC_CONTEXT,
+  QUEUE_SPEC_HITS,
+  QUEUE_SPECULATIONS,
+} from "./ops.js";
 import { PoolError, PrivatePools, STATUS_CAPTURE } from "./private-pools.js";
 
 export type LiveDriverName = "cuda" | "host" | "sim";
@@ -187,7 +197,7 @@ export class LiveAllocator {
   setMemoryFraction(fraction: number): number {
     return this.budget.setFraction(fraction);
   }
-  /** The native free queue's header once attached ([2] front-cache hits, [3] their bytes, [4] frees passed on, [5] the JS thread's drains, [6] their frees, [7] answers worked out ahead, [8] those taken, [9] GMLAKE_SPECULATE's K in use): read by stats(). */
+  /** The native free queue's header once attached (its slots: ops.ts QUEUE_*): read by stats(). */
   nativeCounts: Float64Array | null = null;
 
   private checkFrontCache(n: number): number {
@@ -394,18 +404,18 @@ export class LiveAllocator {
       cross_stream_reuse: this.allocator.crossStreamReuse,
       // the native front cache: its size, and the allocations it served without the engine
       front_cache_entries: this.frontCacheEntries,
-      num_front_cache_hits: this.nativeCounts?.[2] ?? 0,
-      front_cache_hit_bytes: this.nativeCounts?.[3] ?? 0,
+      num_front_cache_hits: this.nativeCounts?.[QUEUE_FRONT_CACHE_HITS] ?? 0,
+      front_cache_hit_bytes: this.nativeCounts?.[QUEUE_FRONT_CACHE_HIT_BYTES] ?? 0,
       // frees it gave the engine at once: used on other streams (record_stream), another size or stream than at the alloc, an address not handed out
-      num_front_cache_passes: this.nativeCounts?.[4] ?? 0,
+      num_front_cache_passes: this.nativeCounts?.[QUEUE_FRONT_CACHE_PASSES] ?? 0,
       // the JS thread's own hand-overs of queued frees while it waited for a request (GMLAKE_DRAIN_US), and the frees in them
-      num_free_drains: this.nativeCounts?.[5] ?? 0,
-      num_drained_frees: this.nativeCounts?.[6] ?? 0,
+      num_free_drains: this.nativeCounts?.[QUEUE_DRAINS] ?? 0,
+      num_drained_frees: this.nativeCounts?.[QUEUE_DRAINED_FREES] ?? 0,
       // GMLAKE_SPECULATE: answers the JS thread worked out ahead of the allocation it expected, and allocations that took one
-      num_speculations: this.nativeCounts?.[7] ?? 0,
-      num_speculation_hits: this.nativeCounts?.[8] ?? 0,
+      num_speculations: this.nativeCounts?.[QUEUE_SPECULATIONS] ?? 0,
+      num_speculation_hits: this.nativeCounts?.[QUEUE_SPEC_HITS] ?? 0,
       // how many allocations the foresight looks back on (GMLAKE_SPECULATE; 0: off)
-      speculate: this.nativeCounts?.[9] ?? 0,
+      speculate: this.nativeCounts?.[QUEUE_SPEC_CONTEXT] ?? 0,
       calls: { ...this.counts },
       driver_calls: d.calls,
       driver_time_us: d.timeUs,

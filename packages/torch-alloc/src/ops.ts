@@ -48,13 +48,20 @@ export const FREE_QUEUE_SLOTS = 256;
 /** The front cache's largest size in blocks (contract.h kFrontCacheMaxEntries; frontCacheEntries). */
 export const FRONT_CACHE_MAX_ENTRIES = 256;
 /**
- * The free queue's header: [0] frees queued, [1] of them failed, [2] front-cache hits so far,
- * [3] their bytes, [4] frees the front cache passed to the engine instead of holding them,
- * [5] hand-overs the JS thread made on its own while it waited (GMLAKE_DRAIN_US), [6] the frees they handed over,
- * [7] answers the JS thread foresaw (GMLAKE_SPECULATE), [8] allocations that took one, [9] how
- * many allocations the foresight looks back on (0: off). An entry with a negative size is such
- * an allocation: the engine makes it, at that address.
+ * The free queue's header, its slots QUEUE_* below. An entry with a negative size is an
+ * allocation a caller took from a foreseen answer: the engine makes it, at that address.
  */
 export const FREE_QUEUE_HEADER = 10;
+/** The header's slots by name (contract.h GmlakeQueueSlot). */
+export const QUEUE_FREES = 0;
+export const QUEUE_FREE_ERRORS = 1;
+export const QUEUE_FRONT_CACHE_HITS = 2;
+export const QUEUE_FRONT_CACHE_HIT_BYTES = 3;
+export const QUEUE_FRONT_CACHE_PASSES = 4;
+export const QUEUE_DRAINS = 5;
+export const QUEUE_DRAINED_FREES = 6;
+export const QUEUE_SPECULATIONS = 7;
+export const QUEUE_SPEC_HITS = 8;
+export const QUEUE_SPEC_CONTEXT = 9;
 /** The free queue's Float64Array: the header, then (address, size, stream) for the queue and a whole front cache given back. */
 export const FREE_QUEUE_LENGTH = FREE_QUEUE_HEADER + 3 * (FREE_QUEUE_SLOTS + FRONT_CACHE_MAX_ENTRIES);

@@ -16,7 +16,7 @@ const snake = (camel: string) => camel.replace(/([a-z0-9])([A-Z])/g, "$1_$2").to
 function contract(text: string, layout = true): Map<string, number> {
   const out = new Map<string, number>();
   const body = text.replace(/\/\/[^\n]*/g, "");
-  for (const m of body.matchAll(/\bk(Op|Status|Text)(\w+)\s*=\s*(-?\d+)/g)) out.set(snake(`${m[1]}${m[2]}`), Number(m[3]));
+  for (const m of body.matchAll(/\bk(Op|Status|Text|Queue)(\w+)\s*=\s*(-?\d+)/g)) out.set(snake(`${m[1]}${m[2]}`), Number(m[3]));
   const consts = new Map<string, number>();
   if (!layout) return out;
   for (const m of body.matchAll(/constexpr int k(\w+)\s*=\s*([^;]+);/g)) {
