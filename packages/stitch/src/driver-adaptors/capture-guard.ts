@@ -1,7 +1,7 @@
 import { DriverAdaptor, VmmError, type EventHandle, type PhysicalHandle } from "@gmlake/vmm";
 
 /** The code of the error a call refused during capture raises. */
-export const CAPTURE_REFUSED = "GMLAKE_CAPTURE_REFUSED";
+export const CAPTURE_REFUSED = "CUDA_GRAPH_CAPTURE_REFUSED";
 
 /**
  * The driver while a CUDA graph is being captured (`capturing` set by the caller around the
