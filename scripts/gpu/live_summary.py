@@ -332,7 +332,7 @@ def check_detail(r):
     if c == "oom":
         return f"{r.get('raised')} (shim {r.get('shim')}): {str(r.get('message'))[:120]}"
     if c == "capture":
-        return f"refused by {r.get('refused_by')}: {str(r.get('error'))[:120]}"
+        return f"replayed {r.get('replayed')}, grown in capture {r.get('grown_in_capture')}" + (f": {str(r.get('error'))[:120]}" if r.get("error") else "")
     if c == "integrity":
         e = r.get("engine") or {}
         d = (f"{r['mismatches']} mismatches (control {r['control_mismatches']}/1000), {r['allocs']} allocs, "
