@@ -47,7 +47,7 @@ describe("CaptureGuard", () => {
       const warm = a.tryMalloc(64 * MiB, 0)!;
       a.free(warm);
       g.capturing = true;
-      const b = a.tryMalloc(256 * MiB, -(2 ** 32 + 1)); // a pool's own stream key: new memory
+      const b = a.tryMallocMapOnly(256 * MiB, -(2 ** 32 + 1)); // a pool's own stream key: new memory
       g.capturing = false;
       expect(b, name).not.toBeNull();
       a.free(b!);

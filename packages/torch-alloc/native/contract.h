@@ -21,7 +21,7 @@ enum GmlakeOp {
   kOpSetMemoryFraction = 11,  // (fraction, device) -> the budget's bytes: fraction x the device's memory
   // private pools (CUDA graphs, MemPool): passed through to JS like any call (src/private-pools.ts)
   kOpPoolBegin = 12,    // (pool id first, second, window) -> the pool's ordinal, or a negative status
-  kOpPoolAlloc = 13,    // (size, ordinal x 2 + capturing, stream) -> address, or a negative status (-4: no room during capture)
+  kOpPoolAlloc = 13,    // (size, ordinal x 2 + capturing, stream) -> address, or a negative status (-4: refused during capture)
   kOpPoolEnd = 14,      // (ordinal) -> 0
   kOpPoolRelease = 15,  // (pool id first, second) -> bytes given back to the engine now
   kOpPoolUseCount = 16, // (pool id first, second) -> its uses
@@ -63,7 +63,7 @@ enum GmlakeStatus {
   kStatusOom = -1,        // out of memory after the caches were freed and the request retried
   kStatusError = -2,      // a JS error; gmlake_embed_text(kTextLastError) says which
   kStatusNotStarted = -3, // gmlake_embed_start() did not succeed
-  kStatusCapture = -4,    // kOpPoolAlloc during a CUDA-graph capture: the pool has no room (no driver call then)
+  kStatusCapture = -4,    // kOpPoolAlloc during a CUDA-graph capture: growing the pool would need a sync or an unmap
   kStatusNotCached = -5,  // kOpAllocCached: the policy would have to grow
 };
 

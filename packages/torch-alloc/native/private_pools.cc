@@ -63,7 +63,7 @@ using namespace gmlake;
 /**
  * An allocation from private pool `ordinal` (gmlake_pool_begin's); capturing: the stream is
  * capturing, so only the pool's free memory may serve it (no driver call). 0 and *out set,
- * or a status < 0 (-1 out of memory, -4 no room during capture) with gmlake_last_error().
+ * or a status < 0 (-1 out of memory, -4 refused during capture) with gmlake_last_error().
  */
 GMLAKE_EXPORT int gmlake_pool_alloc(size_t size, int ordinal, int capturing, void* stream, void** out) {
   *out = nullptr;

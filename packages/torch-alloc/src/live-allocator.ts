@@ -142,7 +142,7 @@ export class LiveAllocator {
       if (capturing) {
         this.guard.capturing = true;
         try {
-          return this.allocator.tryMalloc(n, key);
+          return this.allocator.tryMallocMapOnly(n, key);
         } catch (e) {
           if (e instanceof VmmError && e.code === CAPTURE_REFUSED) {
             throw new PoolError(

@@ -20,7 +20,7 @@ export const OP_SET_CAPACITY = 10;
 export const OP_SET_MEMORY_FRACTION = 11;
 /** (pool id first, second, window 1 | 0) -> the pool's ordinal: beginAllocateToPool (before a capture begins) or createOrIncrefPool (MemPool). */
 export const OP_POOL_BEGIN = 12;
-/** (size, ordinal x 2 + capturing, stream) -> an address from that private pool, or a status (STATUS_CAPTURE: no room during a capture). */
+/** (size, ordinal x 2 + capturing, stream) -> an address from that private pool, or a status (STATUS_CAPTURE: growing it during a capture would need a sync or an unmap). */
 export const OP_POOL_ALLOC = 13;
 /** (ordinal) -> 0: endAllocateToPool. */
 export const OP_POOL_END = 14;

@@ -1,5 +1,5 @@
 import type { Chunk, ChunkPool } from "@gmlake/chunk-pool";
-import { capacityOf, DRIVER_CALLS, DriverAdaptor, type EventHandle, type VmmDriver } from "@gmlake/vmm";
+import { capacityOf, DRIVER_CALLS, type EventHandle, type VmmDriver } from "@gmlake/vmm";
 import { EventKind, type AllocatorSettings, type EventLog } from "@gmlake/trace";
 import { isDriverOom, StitchError } from "./errors.js";
 import type { DeviceFacts, MapAccess, PhysicalChunk, PolicyContext } from "./policy-context.js";
@@ -36,6 +36,8 @@ export class AllocatorContext {
   crossStreamReuse = false;
   /** The engine checks integrity (set by the engine before create). */
   integrity = false;
+  /** Only new memory may be mapped in this engine call (Allocator.tryMallocMapOnly). */
+  mapOnly = false;
   /** One event per stream, re-recorded at each wait on it. */
   private readonly streamEvents = new Map<number, EventHandle>();
   /** The device was synchronized during this engine call (nothing new is queued while the engine runs). */
@@ -356,14 +358,6 @@ export class AllocatorContext {
  * private field (a policy in plain JavaScript cannot reach the driver or the books through
  * it either).
  */
-/** Whether a driver adaptor in the chain says only mapping calls may be made now (CaptureGuard's `mapOnly`). */
-function mapOnlyOf(driver: VmmDriver): boolean {
-  for (let d: VmmDriver | undefined = driver; d !== undefined; d = d instanceof DriverAdaptor ? d.inner : undefined) {
-    if ((d as { readonly mapOnly?: boolean }).mapOnly === true) return true;
-  }
-  return false;
-}
-
 class PolicyView implements PolicyContext {
   readonly #c: AllocatorContext;
   readonly device: DeviceFacts;
@@ -385,7 +379,7 @@ class PolicyView implements PolicyContext {
     return capacityOf(this.#c.driver);
   }
   get mapOnly(): boolean {
-    return mapOnlyOf(this.#c.driver);
+    return this.#c.mapOnly;
   }
   get integrity(): boolean {
     return this.#c.integrity;

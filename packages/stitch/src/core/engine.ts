@@ -114,6 +114,19 @@ export class Allocator {
     this.integrity = opts.integrity ? new IntegrityChecker(driver, opts.integrity === "full") : null;
   }
 
+  /**
+   * tryMalloc while only new memory may be mapped (a CUDA-graph capture): the policy sees
+   * PolicyContext.mapOnly for this call and moves or releases no memory.
+   */
+  tryMallocMapOnly(size: number, stream = 0): Block | null {
+    this.ctx.mapOnly = true;
+    try {
+      return this.tryMalloc(size, stream);
+    } finally {
+      this.ctx.mapOnly = false;
+    }
+  }
+
   /** Allocate `size` bytes on `stream`; null when out of memory (an `oom` event is recorded). */
   tryMalloc(size: number, stream = 0): Block | null {
     this.checkMallocArgs(size, stream);

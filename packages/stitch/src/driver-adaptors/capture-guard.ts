@@ -11,14 +11,11 @@ export const CAPTURE_REFUSED = "CUDA_GRAPH_CAPTURE_REFUSED";
  * synchronizations, event records, unmaps and releases throw a VmmError CAPTURE_REFUSED, so an
  * engine call that would need them fails instead of breaking the capture. Mapping memory passes
  * (memCreate, memAddressReserve, memMap, memSetAccess): PyTorch's pools grow during capture too.
+ * The engine call under it is Allocator.tryMallocMapOnly, so that the policy asks for none of
+ * what is refused; the guard catches what it still would.
  */
 export class CaptureGuard extends DriverAdaptor {
   capturing = false;
-
-  /** The engine's PolicyContext.mapOnly: policies move and release no handle while capturing. */
-  get mapOnly(): boolean {
-    return this.capturing;
-  }
 
   private refuse(call: string): void {
     if (this.capturing) {
