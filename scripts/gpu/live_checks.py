@@ -318,6 +318,23 @@ if args.check == "integrity":
         n = per_thread[me]
         next_tag = [me << 29]
         window = []  # [tensor, tag]
+        # the comparisons' own memory, taken before the budget fills: `t != tag` over a 256 MiB
+        # tensor would ask for 64 MiB under a full budget (an out-of-memory of the check, not
+        # of the allocator); per stream a scratch and a partial count, used only on that stream
+        CHUNK = 4 << 20
+        with torch.cuda.stream(mine):
+            scratch = {s: torch.empty(CHUNK, dtype=torch.bool, device="cuda") for s in (me, 1 - me)}
+            partial = {s: torch.zeros((), dtype=torch.int64, device="cuda") for s in (me, 1 - me)}
+
+        def count_bad(t, tag, s):
+            """Adds t's elements that are not `tag` to bad[s], on stream s's queue (the caller's)."""
+            flat = t.view(-1)
+            for i in range(0, flat.numel(), CHUNK):
+                c = flat[i:i + CHUNK]
+                ne = scratch[s][:c.numel()]
+                torch.ne(c, tag, out=ne)
+                torch.sum(ne, dim=0, dtype=torch.int64, out=partial[s])
+                bad[s].add_(partial[s])
 
         def empty(nbytes):
             # under a budget an allocation may not be served: free a quarter of the window, ask for half
@@ -343,7 +360,7 @@ if args.check == "integrity":
             if rng.random() < 0.15:  # read on the other stream too: it waits for the fill, the allocator for its read
                 other.wait_stream(mine)
                 with torch.cuda.stream(other):
-                    bad[1 - me].add_((t != tag).sum())
+                    count_bad(t, tag, 1 - me)
                 t.record_stream(other)
                 n["cross_uses"] += 1
             return [t, tag]
@@ -352,7 +369,7 @@ if args.check == "integrity":
             if len(entry) != 2:  # a placeholder (freed under pressure)
                 return
             t, tag = entry
-            bad[me].add_((t != tag).sum())  # queued on mine, before the free below
+            count_bad(t, tag, me)  # queued on mine, before the free below
             entry.clear()
             del t
 

@@ -29,7 +29,7 @@ import live_summary  # noqa: E402
 FAKE_TORCH = '''
 import contextlib, os, threading
 __version__ = "fake"
-int32, int64, uint8 = "int32", "int64", "uint8"
+int32, int64, uint8, bool = "int32", "int64", "uint8", "bool"
 _lock = threading.Lock()
 _live = [0]
 _cap = [int(os.environ.get("FAKE_CAPACITY", "0"))]  # bytes; 0: none (ours' enable or the fraction sets it)
@@ -65,7 +65,12 @@ class Tensor:
     def item(self):
         return self._v
     def __getitem__(self, i):
+        if isinstance(i, slice):  # a view: no memory of its own
+            a, b, _ = i.indices(self._n)
+            return Tensor(max(0, b - a), self._v, 0)
         return Tensor(1, self._v, 0)
+    def view(self, *shape):
+        return self
     def record_stream(self, s):
         assert isinstance(s, cuda.Stream)
 
@@ -73,10 +78,18 @@ def empty(*shape, dtype=None, device=None):
     n = 1
     for k in shape:
         n *= k if isinstance(k, int) else 1
-    return Tensor(n, 0, 1 if dtype == uint8 else 4, budgeted=True)
+    return Tensor(n, 0, 1 if dtype in (uint8, bool) else 4, budgeted=True)
 
 def zeros(shape, dtype=None, device=None):
     return Tensor(1, 0)
+
+def ne(t, v, out=None):  # out[i] = t[i] != v: one value over the elements, 1 or 0
+    out._n, out._v = t._n, (1 if t._v != v else 0)
+    return out
+
+def sum(t, dim=None, dtype=None, out=None):  # a count of the 1s: the elements times the value
+    out._v = t._n * t._v
+    return out
 
 class _Cuda:
     _tls = threading.local()
@@ -1352,8 +1365,15 @@ class CUDAAllocator : public DeviceAllocator {
   virtual void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id, std::function<bool(cudaStream_t)> filter) = 0;
   virtual void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id) = 0;
   virtual void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id) = 0;
+#ifdef STUB_NEWEST
+  // torch 2.11's pool virtuals: MemPool's destructor calls setUseOnOOM(device, id, false)
+  virtual void createOrIncrefPool(c10::DeviceIndex, MempoolId_t, std::shared_ptr<CUDAAllocator> allocator = nullptr) { TORCH_CHECK(false, "createOrIncrefPool"); }
+  virtual void setUseOnOOM(c10::DeviceIndex, MempoolId_t, bool) { TORCH_CHECK(false, "setUseOnOOM"); }
+  virtual void setNoSplit(c10::DeviceIndex, MempoolId_t) { TORCH_CHECK(false, "setNoSplit"); }
+#else
   virtual void createOrIncrefPool(c10::DeviceIndex, MempoolId_t, CUDAAllocator* allocator = nullptr) { TORCH_CHECK(false, "createOrIncrefPool"); }
   virtual void setUseOnOOM(c10::DeviceIndex, MempoolId_t) { TORCH_CHECK(false, "setUseOnOOM"); }
+#endif
   virtual int getPoolUseCount(c10::DeviceIndex, MempoolId_t) { TORCH_CHECK(false, "getPoolUseCount"); return 0; }
   virtual bool checkPoolLiveAllocations(c10::DeviceIndex, MempoolId_t, const std::unordered_set<void*>&) { TORCH_CHECK(false, "check"); return false; }
   virtual ShareableHandle shareIpcHandle(void* ptr) = 0;
@@ -1544,10 +1564,24 @@ int main(int argc, char** argv) {
   a->releasePool(0, {0, 9});
   CHECK(counts(7) == 0 && a->getPoolUseCount(0, {0, 9}) == 0, "releasePool reached the engine");
   bool other = false;
-  try { a->createOrIncrefPool(0, {0, 10}, reinterpret_cast<A::CUDAAllocator*>(16)); } catch (const c10::Error& e) {
+#ifdef STUB_NEWEST
+  std::shared_ptr<A::CUDAAllocator> another(reinterpret_cast<A::CUDAAllocator*>(16), [](A::CUDAAllocator*) {});
+#else
+  A::CUDAAllocator* another = reinterpret_cast<A::CUDAAllocator*>(16);
+#endif
+  try { a->createOrIncrefPool(0, {0, 10}, another); } catch (const c10::Error& e) {
     other = std::string(e.what()).find("MemPool(allocator=...) is not supported") != std::string::npos;
   }
   CHECK(other, "MemPool with another allocator refused");
+#ifdef STUB_NEWEST
+  a->setUseOnOOM(0, {0, 9}, false);  // every MemPool's destructor: must not throw
+  bool onOom = false;
+  try { a->setUseOnOOM(0, {0, 9}, true); } catch (const c10::Error& e) { onOom = std::string(e.what()).find("use_on_oom=True") != std::string::npos; }
+  CHECK(onOom, "MemPool(use_on_oom=True) refused, saying so");
+  bool noSplit = false;
+  try { a->setNoSplit(0, {0, 9}); } catch (const c10::Error& e) { noSplit = std::string(e.what()).find("no_split=True") != std::string::npos; }
+  CHECK(noSplit, "MemPool(no_split=True) refused, saying so");
+#endif
   bool trees = false;
   try { a->getCheckpointState(0, {1, 0}); } catch (const c10::Error& e) { trees = std::string(e.what()).find("cudagraph_trees = False") != std::string::npos; }
   CHECK(trees, "checkpoints refused with the way around");

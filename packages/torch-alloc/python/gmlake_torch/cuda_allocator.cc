@@ -396,8 +396,17 @@ class StitchAllocator final : public CUDAAllocator {
     }
     return true;
   }
+  // use_on_oom (a pool lends its free memory to allocations outside it before an OOM): not ours,
+  // a pool's memory is reused only inside it. torch 2.11's ~MemPool calls (..., false) on every
+  // pool: that one has nothing to undo (the refusal there would terminate the process).
   void setUseOnOOM(c10::DeviceIndex /*device*/, MempoolId_t /*mempool_id*/) {
     Refused<void>("torch.cuda.MemPool(use_on_oom=True)");
+  }
+  void setUseOnOOM(c10::DeviceIndex device, MempoolId_t mempool_id, bool use_on_oom) {
+    if (use_on_oom) setUseOnOOM(device, mempool_id);
+  }
+  void setNoSplit(c10::DeviceIndex /*device*/, MempoolId_t /*mempool_id*/) {
+    Refused<void>("torch.cuda.MemPool(no_split=True)");
   }
 
   ShareableHandle shareIpcHandle(void* /*ptr*/) { return Refused<ShareableHandle>("IPC handles"); }
