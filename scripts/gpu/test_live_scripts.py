@@ -1007,6 +1007,41 @@ def expected_run_mean(alloc, rep, steps, native=False):
     return sum(base + noise + 0.001 * (i % 2) for i in range(steps - 3)) / (steps - 3)
 
 
+class SmallestBudget(unittest.TestCase):
+    """smallest_budget.py over largest_batch's stand-in: a workload needs 2 + batch x PER x longest / 1000 GiB."""
+
+    setUp, tearDown = LargestBatch.setUp, LargestBatch.tearDown
+
+    def sb(self, *args):
+        out = os.path.join(self.d, "sb")
+        p = subprocess.run([sys.executable, os.path.join(HERE, "smallest_budget.py"), "--out", out, "--jobs", "3", *args],
+                           capture_output=True, text=True, env=self.env, timeout=300)
+        return p, os.path.join(out, "smallest-budget.md")
+
+    def test_the_smallest_budget_and_the_largest_batch_where_it_is_the_limit(self):
+        # gpt2_ft at batch 8, longest 1000: vms needs 10.0 GiB, expandable 10.4 (10.5 on the grid:
+        # 10.4's fraction rounds below), batch 7 under expandable 9.35
+        p, md = self.sb("--workloads", "gpt2_ft", "--center", "gpt2_ft:pytorch-expandable=10.45,gpt2_ft:ours:vms=10.0",
+                        "--step-gib", "0.1", "--points", "1")
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+        with open(md) as f:
+            text = f.read()
+        self.assertIn("| gpt2_ft | 8 | pytorch-expandable | 9.90-10.50 | 10.50 |", text)
+        self.assertIn("| gpt2_ft | 8 | ours:vms | 9.90-10.50 | 10.00 |", text)
+        self.assertIn("ours:vms trains batch 8 where pytorch-expandable runs out of memory at 10.00, 10.10, 10.20, 10.30, 10.40 GiB", text)
+        # at 10.4 GiB: expandable trains 7 (measured), vms 8 and not 9 (measured)
+        self.assertIn("| gpt2_ft | 10.40 | 7 | 8 |", text)
+
+    def test_bad_input_is_one_line(self):
+        for args, want in ((["--workloads", "nope"], "unknown workload 'nope'"),
+                           (["--workloads", "gpt2_ft", "--center", "gpt2_ft=3"], "expected WORKLOAD:ALLOCATOR=GiB"),
+                           (["--workloads", "gpt2_ft", "--fit-compare", os.path.join(self.d, "none.txt")], "--fit-compare")):
+            p, _ = self.sb(*args)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(want, p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+
+
 class StepTime(unittest.TestCase):
     def test_t_interval_and_fieller(self):
         m, lo, hi = step_time.t_interval([1, 2, 3, 4, 5])  # s = 1.5811, t(4) = 2.776
