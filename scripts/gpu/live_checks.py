@@ -321,9 +321,11 @@ if args.check == "integrity":
         # the comparisons' own memory, taken before the budget fills: `t != tag` over a 256 MiB
         # tensor would ask for 64 MiB under a full budget (an out-of-memory of the check, not
         # of the allocator); per stream a scratch and a partial count, used only on that stream
-        CHUNK = 4 << 20
+        # (a sum of bools as int64 would copy them to int64 first: the int64 scratch is taken too)
+        CHUNK = 1 << 20
         with torch.cuda.stream(mine):
             scratch = {s: torch.empty(CHUNK, dtype=torch.bool, device="cuda") for s in (me, 1 - me)}
+            wide = {s: torch.empty(CHUNK, dtype=torch.int64, device="cuda") for s in (me, 1 - me)}
             partial = {s: torch.zeros((), dtype=torch.int64, device="cuda") for s in (me, 1 - me)}
 
         def count_bad(t, tag, s):
@@ -331,9 +333,10 @@ if args.check == "integrity":
             flat = t.view(-1)
             for i in range(0, flat.numel(), CHUNK):
                 c = flat[i:i + CHUNK]
-                ne = scratch[s][:c.numel()]
+                ne, w = scratch[s][:c.numel()], wide[s][:c.numel()]
                 torch.ne(c, tag, out=ne)
-                torch.sum(ne, dim=0, dtype=torch.int64, out=partial[s])
+                w.copy_(ne)
+                torch.sum(w, dim=0, out=partial[s])
                 bad[s].add_(partial[s])
 
         def empty(nbytes):

@@ -274,7 +274,12 @@ def llama_fsdp(steps):
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29500 + random.randint(0, 500)))
+    if "MASTER_PORT" not in os.environ:  # a port the OS has free: runs side by side (random is seeded alike in each)
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
     dist.init_process_group("nccl", rank=0, world_size=1)
     model, cfg = build_causal_lm("llama", **LLAMA_1B)
     for layer in model.model.layers:
