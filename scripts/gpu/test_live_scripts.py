@@ -1839,6 +1839,22 @@ class GraphsCheck(unittest.TestCase):
                              ["ours:caching@pluggable", "pytorch", "pytorch-expandable", "ours:vms@native", "ours:caching@pluggable"])
             self.assertIn("| generate | pytorch | NO | - | - | - | - | skipped: BUDGET_S=1 spent |", md)
 
+    def test_the_notes_say_checkpoints_and_eager_mismatch(self):
+        with tempfile.TemporaryDirectory() as d:
+            rows = [{"case": "compile", "allocator": a, "ok": True, "peak_reserved_bytes": 2 ** 30, "losses": [1.0, 0.5], "evals": [2.0],
+                     "checkpoints": {"checkpoints": 5, "restores": 2 if a == "pytorch" else 3}} for a in ("pytorch", "ours:vms@native")]
+            rows += [{"case": "generate", "allocator": a, "ok": True, "peak_reserved_bytes": 2 ** 30, "tokens": [[[1, 2]]], "eager_equal": a == "pytorch"}
+                     for a in ("pytorch", "ours:vms@native")]
+            src, md = os.path.join(d, "r.jsonl"), os.path.join(d, "t.md")
+            with open(src, "w") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
+            p = subprocess.run([sys.executable, os.path.join(HERE, "graphs_check.py"), "summary", src, md], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn("| compile | pytorch | yes | max rel diff 0.0e+00 | 1.000 | +0.0% | - | checkpoints 5, restores 2 |", p.stdout)
+            self.assertIn("| compile | ours:vms@native | yes | max rel diff 0.0e+00 | 1.000 | +0.0% | - | checkpoints 5, restores 3 |", p.stdout)
+            self.assertIn("| generate | pytorch | yes | tokens equal | 1.000 | +0.0% | - |  |", p.stdout)
+            self.assertIn("| generate | ours:vms@native | yes | tokens equal | 1.000 | +0.0% | - | graph tokens differ from the same steps run eagerly |", p.stdout)
+
     def test_bad_input_one_line_exit_2(self):
         with tempfile.TemporaryDirectory() as d:
             for env, says in (({"CASES": "manual bogus"}, "unknown case 'bogus'"), ({"STEPS": "0"}, "STEPS must be a positive whole number"),
