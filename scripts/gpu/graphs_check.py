@@ -8,11 +8,16 @@
 CASE: manual (a training step captured with torch.cuda.graph and replayed; a second graph
 sharing its pool, two graphs on one graph_pool_handle, torch.cuda.MemPool + use_mem_pool, the
 pools' memory back after the graphs go), compile (a small GPT-2 trained under
-torch.compile(mode="reduce-overhead"), cudagraph trees), compile-notrees (the same with
-torch._inductor.config.triton.cudagraph_trees = False), lora (llama1b_lora's model, LoRA, the
-same mode), generate (greedy generation with a static KV cache, the compiled forward replayed
-per token). ALLOCATOR: pytorch, pytorch-expandable, ours:POLICY[,k=v...][@native|@pluggable].
-Every run starts from the same seed; results (losses, tokens) are compared with PyTorch
+torch.compile(mode="reduce-overhead"), cudagraph trees: training steps, then steps with an eval
+of another shape after the replayed forward, so the trees record off a replayed path and put
+the pool's checkpoint back (setCheckpointPoolState), then training again), compile-notrees (the
+same with torch._inductor.config.triton.cudagraph_trees = False), lora (llama1b_lora's model,
+LoRA, the same mode), generate (greedy generation of a small GPT-2-like decoder written here,
+its KV cache preallocated: one decode step captured with torch.cuda.graph and replayed per
+token, two prompts; the tokens also against the same steps run eagerly). The compiled cases
+count cudagraph trees' checkpoints and restores (PyTorch's bindings wrapped: any allocator).
+ALLOCATOR: pytorch, pytorch-expandable, ours:POLICY[,k=v...][@native|@pluggable].
+Every run starts from the same seed; results (losses, evals, tokens) are compared with PyTorch
 default's in the summary, and peak reserved memory beside PyTorch's two allocators.
 """
 import json
@@ -136,25 +141,65 @@ def case_manual(torch, ours, steps):
 def gpt2_model(torch, layers=4, width=256, vocab=8192):
     import transformers
 
-    cfg = transformers.GPT2Config(n_layer=layers, n_embd=width, n_head=8, vocab_size=vocab, n_positions=512)
+    # no dropout: the results depend on the allocator only, not on how the trees replay the RNG
+    cfg = transformers.GPT2Config(n_layer=layers, n_embd=width, n_head=8, vocab_size=vocab, n_positions=512,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     cfg.use_cache = False
     return transformers.GPT2LMHeadModel(cfg).to("cuda"), vocab
 
 
-def train_compiled(torch, model, vocab, steps, batch, seq, params=None):
+def count_checkpoints(torch):
+    """cudagraph trees' pool checkpoints (getCheckpointState) and restores (setCheckpointPoolState),
+    counted under any allocator: PyTorch's bindings wrapped before the trees are imported."""
+    counts = {"checkpoints": 0, "restores": 0}
+    for name, key in (("_cuda_getCheckpointState", "checkpoints"), ("_cuda_setCheckpointPoolState", "restores")):
+        fn = getattr(torch._C, name, None)
+        if fn is not None:
+            def wrapped(*a, _fn=fn, _key=key, **k):
+                counts[_key] += 1
+                return _fn(*a, **k)
+            setattr(torch._C, name, wrapped)
+    return counts
+
+
+def ids_of(torch, vocab, seed, batch, seq):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen)
+
+
+def train_compiled(torch, model, vocab, steps, batch, seq, params=None, eval_shape=None):
+    """Training steps under reduce-overhead; with eval_shape (batch, seq): at least 3 steps, then
+    3 steps whose replayed forward is followed by an eval of that shape (no grad) before the
+    backward, then the training steps again."""
+    counts = count_checkpoints(torch)
     opt = torch.optim.AdamW(params if params is not None else model.parameters(), lr=1e-4)
     fwd = torch.compile(model, mode="reduce-overhead")
-    losses = []
-    for i in range(steps):
-        gen = torch.Generator(device="cuda").manual_seed(i)
-        ids = torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen)
+    losses, evals = [], []
+
+    def step(i, eval_seed=None):
+        ids = ids_of(torch, vocab, i, batch, seq)
         torch.compiler.cudagraph_mark_step_begin()
         loss = fwd(input_ids=ids, labels=ids).loss
+        if eval_seed is not None:  # off the replayed forward's path: a recording (or warm-up) there
+            with torch.no_grad():
+                evals.append(fwd(input_ids=ids_of(torch, vocab, eval_seed, *eval_shape)).logits.float().mean().item())
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-    return {"losses": losses, "pools": pool_figures(None)}
+
+    first = steps if eval_shape is None else max(steps, 3)  # warm-up, recording, replays
+    for i in range(first):
+        step(i)
+    if eval_shape is not None:
+        for i in range(3):
+            step(first + i, eval_seed=1000 + i)
+        for i in range(steps):
+            step(first + 3 + i)
+    out = {"losses": losses, "checkpoints": counts}
+    if eval_shape is not None:
+        out["evals"] = evals
+    return out
 
 
 def case_compile(torch, ours, steps, trees=True):
@@ -162,7 +207,7 @@ def case_compile(torch, ours, steps, trees=True):
 
     inductor.triton.cudagraph_trees = trees
     model, vocab = gpt2_model(torch)
-    out = train_compiled(torch, model, vocab, steps, batch=8, seq=256)
+    out = train_compiled(torch, model, vocab, steps, batch=8, seq=256, eval_shape=(4, 128))
     out["pools"] = pool_figures(ours)
     return out
 
@@ -183,32 +228,89 @@ def case_lora(torch, ours, steps):
     return out
 
 
-def case_generate(torch, ours, steps):
-    import transformers
+def decoder(torch, ctx, batch, vocab=8192, width=256, heads=8, layers=4):
+    """A small GPT-2-like decoder (pre-norm, learned positions, tied embedding; seeded weights)
+    with its KV cache preallocated for ctx positions. step(tok, pos): one token per sequence at
+    position pos, a 0-d device tensor (so one captured graph serves every position: no host
+    value, no sync), written into the cache there; returns the next tokens (greedy)."""
+    import torch.nn.functional as F
 
-    cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
-                                   num_key_value_heads=4, vocab_size=8192, max_position_embeddings=1024)
-    model = transformers.LlamaForCausalLM(cfg).to("cuda").eval()
-    compiled = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-
-    def forward(*a, **k):
-        # each token a new step of the graphs; the logits copied out before the next replay
-        # overwrites them (generate keeps them past it: PyTorch refuses that otherwise)
-        torch.compiler.cudagraph_mark_step_begin()
-        out = compiled(*a, **k)
-        out.logits = out.logits.clone()
-        return out
-
-    model.forward = forward
     gen = torch.Generator(device="cuda").manual_seed(7)
-    prompt = torch.randint(0, cfg.vocab_size, (2, 16), device="cuda", generator=gen)
-    tokens = []
+    w = lambda *shape: torch.randn(*shape, device="cuda", generator=gen) * 0.02  # noqa: E731
+    hd = width // heads
+    wte, wpe = w(vocab, width), w(ctx, width)
+    blocks = [{"qkv": w(width, 3 * width), "proj": w(width, width), "fc": w(width, 4 * width), "out": w(4 * width, width)}
+              for _ in range(layers)]
+    kc = torch.zeros(layers, batch, heads, ctx, hd, device="cuda")
+    vc = torch.zeros_like(kc)
+    slots = torch.arange(ctx, device="cuda").view(1, 1, 1, ctx)
+
+    def step(tok, pos):
+        at = pos.view(1)
+        x = wte.index_select(0, tok) + wpe.index_select(0, at)  # (batch, width); no 0-d tensor index (its item() syncs)
+        hidden = slots > pos  # positions not written yet
+        for i, b in enumerate(blocks):
+            q, k, v = (F.layer_norm(x, (width,)) @ b["qkv"]).split(width, dim=-1)
+            kc[i].index_copy_(2, at, k.reshape(batch, heads, 1, hd))
+            vc[i].index_copy_(2, at, v.reshape(batch, heads, 1, hd))
+            att = (q.reshape(batch, heads, 1, hd) @ kc[i].transpose(-1, -2)) * hd ** -0.5
+            att = att.masked_fill(hidden, float("-inf")).softmax(-1)
+            x = x + (att @ vc[i]).reshape(batch, width) @ b["proj"]
+            x = x + F.gelu(F.layer_norm(x, (width,)) @ b["fc"]) @ b["out"]
+        return (F.layer_norm(x, (width,)) @ wte.t()).argmax(-1)
+
+    return step
+
+
+def case_generate(torch, ours, steps):
+    batch, plen, new = 2, 16, max(8, steps * 4)
+    step = decoder(torch, ctx=plen + new + 1, batch=batch)
+    prompts = [ids_of(torch, 8192, 7 + r, batch, plen) for r in range(2)]
+    tok = torch.zeros(batch, dtype=torch.long, device="cuda")
+    pos = torch.zeros((), dtype=torch.long, device="cuda")
+
+    def prefill(prompt):  # the prompt a token at a time, eagerly; tok, pos: the first new token and its position
+        for t in range(plen):
+            tok.copy_(prompt[:, t])
+            pos.fill_(t)
+            nxt = step(tok, pos)
+        tok.copy_(nxt)
+        pos.fill_(plen)
+
+    def generate(decode):
+        rounds = []
+        for prompt in prompts:
+            prefill(prompt)
+            out = [tok.clone()]
+            for _ in range(new - 1):
+                nxt = decode()
+                out.append(nxt.clone())
+                tok.copy_(nxt)
+                pos.add_(1)
+            rounds.append(torch.stack(out, 1).tolist())
+        return rounds
+
     with torch.no_grad():
-        for _ in range(2):  # the second round replays the graphs the first recorded
-            out = model.generate(prompt, max_new_tokens=max(8, steps * 4), do_sample=False, cache_implementation="static",
-                                 pad_token_id=0, disable_compile=True)  # ours is the one compile
-            tokens.append(out[:, prompt.shape[1]:].tolist())
-    return {"tokens": tokens, "pools": pool_figures(ours)}
+        eager = generate(lambda: step(tok, pos))
+        prefill(prompts[0])
+        side = torch.cuda.Stream()  # warm-up before the capture, as PyTorch asks (it rewrites position plen alike)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                step(tok, pos)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_next = step(tok, pos)
+
+        def replay():
+            g.replay()
+            return static_next
+
+        tokens = generate(replay)
+        during = pool_figures(ours)
+        del g, static_next
+    return {"tokens": tokens, "eager_equal": tokens == eager, "pools": during}
 
 
 def run_case(argv):
@@ -283,6 +385,10 @@ def summary(argv):
             peak = r.get("peak_reserved_bytes")
             rel = lambda o: f"{100 * (peak / o['peak_reserved_bytes'] - 1):+.1f}%" if ok and o and peak else "-"  # noqa: E731
             note = r.get("error") or ("MemPool: " + r["mempool"] if r.get("mempool") not in (None, "ok") else "")
+            if not note and isinstance(r.get("checkpoints"), dict):  # cudagraph trees' checkpoints taken, and put back
+                note = "checkpoints {checkpoints}, restores {restores}".format(**r["checkpoints"])
+            if not note and r.get("eager_equal") is False:
+                note = "graph tokens differ from the same steps run eagerly"
             lines.append(f"| {case} | {r.get('allocator')} | {'yes' if ok else 'NO'} | {how} | "
                          f"{peak / GiB:.3f} | {rel(ref)} | {rel(exp)} | {note} |" if peak else
                          f"| {case} | {r.get('allocator')} | {'yes' if ok else 'NO'} | {how} | - | - | - | {note} |")

@@ -1374,7 +1374,7 @@ using OomRejectionObserver = std::function<void(int64_t, size_t, size_t, size_t)
 #endif
 struct AllocatorState { virtual ~AllocatorState() = default; };
 struct SnapshotInfo {};
-struct CheckpointDelta {};
+struct CheckpointDelta { std::vector<void*> ptrs_freed; std::vector<DataPtr> dataptrs_allocd; };
 struct ShareableHandle { ptrdiff_t offset; std::string handle; };
 struct StreamSegmentSize { cudaStream_t stream; bool is_small_pool; size_t total_size; };
 class CUDAAllocator : public DeviceAllocator {
@@ -1501,11 +1501,32 @@ X int gmlake_pool_live(unsigned long long, unsigned long long s, void* p) {
   if (s != 9) return 0;
   return p == nullptr ? 2 : (p == reinterpret_cast<void*>(0x100) || p == reinterpret_cast<void*>(0x200));
 }
+// pool (0, 9)'s checkpoint 41: its restore frees the last block allocated, allocates 3000 bytes on stream 0x9000
+long checkpoint_drops = 0;
+X long long gmlake_pool_checkpoint(unsigned long long, unsigned long long s) {
+  if (s != 9) { err = "getCheckpointState: no pool (0, 8)"; return -2; }
+  return 41;
+}
+X char* gmlake_pool_restore(long long id) {
+  std::lock_guard<std::mutex> l(mu);
+  if (id != 41 || live.empty()) return strdup("gmlake: setCheckpointPoolState: no checkpoint");
+  auto last = std::prev(live.end());
+  unsigned long freed = last->first, b = next_addr;
+  live_bytes -= last->second.first;
+  live.erase(last);
+  next_addr += 4096;
+  live[b] = {3000, reinterpret_cast<void*>(0x9000)};
+  live_bytes += 3000;
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "1 1 %lu %lu 3000 %lu", freed, b, 0x9000ul);
+  return strdup(buf);
+}
+X int gmlake_pool_drop_checkpoint(long long id) { checkpoint_drops += id == 41; return 1; }
 X void gmlake_set_memory_fraction(double f, int) { if (f <= 0) throw std::runtime_error("gmlake: bad fraction"); fraction = f; }
 long capture_mode = 0;
 X int gmlake_set_capture_check(int m) { long p = capture_mode; capture_mode = m; return (int)p; }
 X long fake_counts(int k) {
-  return k == 0 ? bad_frees : k == 1 ? (long)live.size() : k == 2 ? empties : k == 3 ? records : k == 4 ? windows : k == 6 ? filter_answer : k == 7 ? pool_uses : capture_mode;
+  return k == 0 ? bad_frees : k == 1 ? (long)live.size() : k == 2 ? empties : k == 3 ? records : k == 4 ? windows : k == 6 ? filter_answer : k == 7 ? pool_uses : k == 8 ? checkpoint_drops : capture_mode;
 }
 '''
 
@@ -1617,9 +1638,29 @@ int main(int argc, char** argv) {
   try { a->setNoSplit(0, {0, 9}); } catch (const c10::Error& e) { noSplit = std::string(e.what()).find("no_split=True") != std::string::npos; }
   CHECK(noSplit, "MemPool(no_split=True) refused, saying so");
 #endif
-  bool trees = false;
-  try { a->getCheckpointState(0, {1, 0}); } catch (const c10::Error& e) { trees = std::string(e.what()).find("cudagraph_trees = False") != std::string::npos; }
-  CHECK(trees, "checkpoints refused with the way around");
+  {  // cudagraph trees' checkpoints: the block live now freed (out of the live table), another live again
+    c10::cuda::t_current = reinterpret_cast<cudaStream_t>(0x7100);
+    void* stale = a->raw_alloc(2048);
+    int64_t before = a->getDeviceStats(0).allocation[0].current;
+    std::shared_ptr<A::AllocatorState> ck = a->getCheckpointState(0, {0, 9});
+    A::CheckpointDelta d = a->setCheckpointPoolState(0, ck);
+    CHECK(d.ptrs_freed.size() == 1 && d.ptrs_freed[0] == stale && d.dataptrs_allocd.size() == 1, "the delta: %zu freed, %zu allocated",
+          d.ptrs_freed.size(), d.dataptrs_allocd.size());
+    CHECK(d.dataptrs_allocd[0].get() != nullptr && d.dataptrs_allocd[0].get_deleter() == a->raw_deleter(), "allocated behind our deleter");
+    CHECK(a->getDeviceStats(0).allocation[0].current == before && a->getDeviceStats(0).requested_bytes[0].current == 3000, "counted");
+    bool gone = false;
+    try { a->raw_delete(stale); } catch (const c10::Error& e) { gone = std::string(e.what()).find("did not hand out") != std::string::npos; }
+    CHECK(gone, "the freed block left the live table (its storage's deleter is dropped: no second free)");
+    bool refused = false;
+    try { a->getCheckpointState(0, {0, 8}); } catch (const c10::Error& e) { refused = std::string(e.what()) == "gmlake: getCheckpointState: no pool (0, 8)"; }
+    CHECK(refused, "a checkpoint of no pool refused with the engine's reason");
+    refused = false;
+    try { a->setCheckpointPoolState(0, std::make_shared<A::AllocatorState>()); } catch (const c10::Error& e) { refused = std::string(e.what()).find("not a checkpoint") != std::string::npos; }
+    CHECK(refused, "another allocator's state refused");
+    ck.reset();
+    CHECK(counts(8) == 1, "the checkpoint dropped with its last reference");
+  }
+  CHECK(counts(0) == 0 && counts(1) == 0, "the restored block freed through its DataPtr with its size and stream (%ld bad, %ld left)", counts(0), counts(1));
   a->setMemoryFraction(0.5, 0);
   CHECK(a->getMemoryFraction(0) == 0.5, "fraction");
   size_t largest = 0;
@@ -1866,6 +1907,22 @@ class GraphsCheck(unittest.TestCase):
             self.assertEqual([r["allocator"] for r in rows if "skipped" in r.get("error", "")],
                              ["ours:caching@pluggable", "pytorch", "pytorch-expandable", "ours:vms@native", "ours:caching@pluggable"])
             self.assertIn("| generate | pytorch | NO | - | - | - | - | skipped: BUDGET_S=1 spent |", md)
+
+    def test_the_notes_say_checkpoints_and_eager_mismatch(self):
+        with tempfile.TemporaryDirectory() as d:
+            rows = [{"case": "compile", "allocator": a, "ok": True, "peak_reserved_bytes": 2 ** 30, "losses": [1.0, 0.5], "evals": [2.0],
+                     "checkpoints": {"checkpoints": 5, "restores": 2 if a == "pytorch" else 3}} for a in ("pytorch", "ours:vms@native")]
+            rows += [{"case": "generate", "allocator": a, "ok": True, "peak_reserved_bytes": 2 ** 30, "tokens": [[[1, 2]]], "eager_equal": a == "pytorch"}
+                     for a in ("pytorch", "ours:vms@native")]
+            src, md = os.path.join(d, "r.jsonl"), os.path.join(d, "t.md")
+            with open(src, "w") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
+            p = subprocess.run([sys.executable, os.path.join(HERE, "graphs_check.py"), "summary", src, md], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn("| compile | pytorch | yes | max rel diff 0.0e+00 | 1.000 | +0.0% | - | checkpoints 5, restores 2 |", p.stdout)
+            self.assertIn("| compile | ours:vms@native | yes | max rel diff 0.0e+00 | 1.000 | +0.0% | - | checkpoints 5, restores 3 |", p.stdout)
+            self.assertIn("| generate | pytorch | yes | tokens equal | 1.000 | +0.0% | - |  |", p.stdout)
+            self.assertIn("| generate | ours:vms@native | yes | tokens equal | 1.000 | +0.0% | - | graph tokens differ from the same steps run eagerly |", p.stdout)
 
     def test_bad_input_one_line_exit_2(self):
         with tempfile.TemporaryDirectory() as d:

@@ -26,6 +26,8 @@ enum GmlakeOp {
   kOpPoolRelease = 15,  // (pool id first, second) -> bytes given back to the engine now
   kOpPoolUseCount = 16, // (pool id first, second) -> its uses
   kOpPoolLive = 17,     // (pool id first, second, address) -> 1 if a live block of it starts there; address 0: its live blocks
+  kOpPoolCheckpoint = 18,      // (pool id first, second) -> a checkpoint of its blocks (getCheckpointState): its id > 0
+  kOpPoolDropCheckpoint = 19,  // (checkpoint id) -> 1 if dropped, 0 if there was none
 };
 
 // Frees need no answer, so gmlake_embed_call(kOpFree) only queues them (no isolate, a
@@ -75,6 +77,7 @@ enum GmlakeTextOp {
   kTextClose = 4,      // (unused) -> "" or an error: frees every block, tears the policy down, checks leaks
   kTextFreeErrors = 5, // (unused) -> why the queued frees that failed failed, one line each
   kTextResetPeaks = 6, // (unused) -> "": every peak back to its current value (reset_peak_memory_stats)
+  kTextPoolRestore = 7, // (checkpoint id) -> "F A", F addresses freed, A "address size stream" allocated; or "gmlake: why"
 };
 
 }  // extern "C"

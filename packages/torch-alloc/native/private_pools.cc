@@ -6,6 +6,7 @@
 #include <functional>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -100,6 +101,28 @@ GMLAKE_EXPORT int gmlake_pool_use_count(unsigned long long first, unsigned long 
 GMLAKE_EXPORT int gmlake_pool_live(unsigned long long first, unsigned long long second, void* ptr) {
   return static_cast<int>(PoolCall(kOpPoolLive, static_cast<double>(first), static_cast<double>(second),
                                    static_cast<double>(reinterpret_cast<uintptr_t>(ptr))));
+}
+
+/**
+ * getCheckpointState (cudagraph trees): the engine keeps a copy of pool (first, second)'s
+ * blocks. Its id (> 0), or a status < 0 with gmlake_last_error().
+ */
+GMLAKE_EXPORT long long gmlake_pool_checkpoint(unsigned long long first, unsigned long long second) {
+  return static_cast<long long>(PoolCall(kOpPoolCheckpoint, static_cast<double>(first), static_cast<double>(second), 0));
+}
+
+/**
+ * setCheckpointPoolState: the pool's blocks become checkpoint `id`'s (the ones live now freed,
+ * the checkpoint's live again at their addresses). The engine's answer, as the text
+ * operations give theirs (free it with gmlake_text_free): "F A", then the F addresses freed,
+ * then the A blocks allocated as "address size stream"; or "gmlake: why" (nothing changed).
+ */
+GMLAKE_EXPORT char* gmlake_pool_restore(long long id) { return gmlake_text(kTextPoolRestore, std::to_string(id).c_str()); }
+
+/** The checkpoint's copy goes (its AllocatorState is destroyed): 1, 0 if there was none, or a status < 0. */
+GMLAKE_EXPORT int gmlake_pool_drop_checkpoint(long long id) {
+  if (g_exiting.load(std::memory_order_relaxed)) return 0;  // PyTorch's static destructors, after the engine's
+  return static_cast<int>(PoolCall(kOpPoolDropCheckpoint, static_cast<double>(id), 0, 0));
 }
 
 /**

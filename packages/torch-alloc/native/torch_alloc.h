@@ -20,6 +20,7 @@ GMLAKE_EXPORT int gmlake_pool_begin(unsigned long long first, unsigned long long
 GMLAKE_EXPORT int gmlake_pool_end(int ordinal);
 GMLAKE_EXPORT double gmlake_pool_release(unsigned long long first, unsigned long long second);
 GMLAKE_EXPORT int gmlake_pool_use_count(unsigned long long first, unsigned long long second);
+GMLAKE_EXPORT char* gmlake_text(int op, const char* arg);
 
 namespace gmlake {
 

@@ -32,6 +32,8 @@ import {
   OP_POOL_RELEASE,
   OP_POOL_USE_COUNT,
   OP_POOL_LIVE,
+  OP_POOL_CHECKPOINT,
+  OP_POOL_DROP_CHECKPOINT,
   STATUS_ERROR,
   STATUS_NOT_CACHED,
   TEXT_STATS,
@@ -40,6 +42,7 @@ import {
   TEXT_CLOSE,
   TEXT_FREE_ERRORS,
   TEXT_RESET_PEAKS,
+  TEXT_POOL_RESTORE,
   FREE_QUEUE_HEADER,
   FREE_QUEUE_LENGTH,
   QUEUE_FREE_ERRORS,
@@ -182,7 +185,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
           case OP_POOL_BEGIN:
             return live.poolBegin(a, b, c !== 0);
           case OP_POOL_ALLOC:
-            return live.poolAlloc(Math.floor(b / 2), a, b % 2 === 1);
+            return live.poolAlloc(Math.floor(b / 2), a, b % 2 === 1, c);
           case OP_POOL_END:
             live.poolEnd(a);
             return 0;
@@ -192,6 +195,10 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
             return live.pools.useCount(a, b);
           case OP_POOL_LIVE:
             return live.pools.live(a, b, c);
+          case OP_POOL_CHECKPOINT:
+            return live.pools.checkpoint(a, b);
+          case OP_POOL_DROP_CHECKPOINT:
+            return live.pools.dropCheckpoint(a) ? 1 : 0;
           case OP_PING:
             return a;
           case OP_FLUSH:
@@ -238,6 +245,11 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
             return "";
           case TEXT_CLOSE:
             return JSON.stringify(live.close());
+          case TEXT_POOL_RESTORE: {
+            // "F A", the F addresses freed, then A blocks allocated as "address size stream" (numbers < 2^53)
+            const r = live.pools.restore(Number(arg));
+            return [r.freed.length, r.allocated.length, ...r.freed, ...r.allocated.flat()].join(" ");
+          }
           default:
             return `unknown text operation ${op}`;
         }

@@ -267,9 +267,9 @@ export class LiveAllocator {
   }
 
   /** An allocation to pool `ordinal` (its window open); throws a PoolError when refused. */
-  poolAlloc(ordinal: number, size: number, capturing: boolean): number {
+  poolAlloc(ordinal: number, size: number, capturing: boolean, stream = 0): number {
     this.counts.allocs++;
-    return this.pools.alloc(ordinal, size, capturing);
+    return this.pools.alloc(ordinal, size, capturing, stream);
   }
 
   /** endAllocateToPool; the frees held during a capture are made once no capture is underway. */

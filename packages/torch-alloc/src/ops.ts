@@ -30,6 +30,10 @@ export const OP_POOL_RELEASE = 15;
 export const OP_POOL_USE_COUNT = 16;
 /** (pool id first, second, address) -> 1 when a live block of the pool starts there, else 0; address 0: its live blocks (checkPoolLiveAllocations). */
 export const OP_POOL_LIVE = 17;
+/** (pool id first, second) -> a checkpoint of the pool's blocks (getCheckpointState): its id (> 0). */
+export const OP_POOL_CHECKPOINT = 18;
+/** (checkpoint id) -> 1 when it was dropped (its AllocatorState destroyed), 0 when there was none. */
+export const OP_POOL_DROP_CHECKPOINT = 19;
 export const STATUS_OOM = -1;
 export const STATUS_ERROR = -2;
 /** OP_ALLOC_CACHED: the policy cannot serve it without growing; the front cache gives its blocks back and asks OP_ALLOC. */
@@ -43,6 +47,8 @@ export const TEXT_CLOSE = 4;
 export const TEXT_FREE_ERRORS = 5;
 /** Every peak (allocated, active, requested, reserved bytes) back to its current value: torch.cuda.reset_peak_memory_stats(). */
 export const TEXT_RESET_PEAKS = 6;
+/** (checkpoint id) -> setCheckpointPoolState's lists, "F A" then F addresses freed and A "address size stream" allocated; or "gmlake: why". */
+export const TEXT_POOL_RESTORE = 7;
 /** Frees the free queue holds before a call must hand them over (native/contract.h kFreeQueueSlots). */
 export const FREE_QUEUE_SLOTS = 256;
 /** The front cache's largest size in blocks (contract.h kFrontCacheMaxEntries; frontCacheEntries). */

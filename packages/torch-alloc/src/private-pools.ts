@@ -12,8 +12,13 @@
  * what the capture is expected to need; during a capture it grows as PyTorch's pools do, by
  * an engine call that may map memory but neither synchronizes nor unmaps (the engine's
  * take(capturing): stitch's CaptureGuard under it); a free during a capture makes no engine call.
+ * A checkpoint (cudagraph trees) copies a pool's carve state; its restore puts it back on the
+ * same engine blocks (pool-ranges.ts).
  */
 import { poolStreamKey, type Block } from "@gmlake/stitch";
+
+import { STATUS_ERROR } from "./ops.js";
+import { addRange, restoreCheckpoint, takeCheckpoint, type PoolBlock, type PoolCheckpoint, type Segment } from "./pool-ranges.js";
 
 /** What the pools need of the engine (the LiveAllocator). */
 export interface PoolEngine {
@@ -44,21 +49,6 @@ const MiB = 2 ** 20;
 const MIN_SEGMENT = 2 * MiB;
 /** A reserve is taken in pieces of at least this (and of the largest allocation expected), so that what a capture leaves untouched goes back whole. */
 const RESERVE_PIECE = 64 * MiB;
-
-interface Segment {
-  readonly block: Block;
-  /** Free ranges [addr, addr + size), by address. */
-  readonly free: { addr: number; size: number }[];
-  /** Anything was ever carved from it (an untouched reserve goes back at the window's end). */
-  touched: boolean;
-}
-
-interface PoolBlock {
-  readonly seg: Segment;
-  readonly size: number;
-  /** record_stream was called on it: another stream may still use it after its free. */
-  recorded: boolean;
-}
 
 class Pool {
   readonly segments: Segment[] = [];
@@ -121,7 +111,7 @@ class Pool {
     return best;
   }
 
-  carve(size: number): number | null {
+  carve(size: number, requested = size, stream = 0): number | null {
     const f = this.fit(size);
     if (f === null) return null;
     const [seg, i] = f;
@@ -130,14 +120,14 @@ class Pool {
     if (r.size === size) seg.free.splice(i, 1);
     else seg.free[i] = { addr: addr + size, size: r.size - size };
     seg.touched = true;
-    this.live.set(addr, { seg, size, recorded: false });
+    this.live.set(addr, { seg, size, requested, stream, recorded: false });
     this.inUse += size;
     if (this.inUse > this.windowPeak) this.windowPeak = this.inUse;
     return addr;
   }
 
   addSegment(block: Block): void {
-    this.segments.push({ block, free: [{ addr: block.addr, size: block.size }], touched: false });
+    this.segments.push({ block, free: [{ addr: block.addr, size: block.size }], held: [], touched: false });
   }
 
   /** A block of this pool freed: its range is free again, merged with its neighbours. */
@@ -146,23 +136,24 @@ class Pool {
     this.inUse -= pb.size;
     if (pb.recorded) {
       this.held += pb.size;
+      addRange(pb.seg.held, addr, pb.size);
       return;
     }
-    const free = pb.seg.free;
-    let i = 0;
-    while (i < free.length && free[i]!.addr < addr) i++;
-    let r = { addr, size: pb.size };
-    const prev = free[i - 1];
-    if (prev !== undefined && prev.addr + prev.size === addr) {
-      r = { addr: prev.addr, size: prev.size + r.size };
-      free.splice(--i, 1);
-    }
-    const next = free[i];
-    if (next !== undefined && r.addr + r.size === next.addr) {
-      r = { addr: r.addr, size: r.size + next.size };
-      free.splice(i, 1);
-    }
-    free.splice(i, 0, r);
+    addRange(pb.seg.free, addr, pb.size);
+  }
+
+  /**
+   * setCheckpointPoolState: every live block freed (those on segments the checkpoint does not
+   * know as any free), then the checkpoint's carve state back (pool-ranges.ts). Returns the
+   * addresses freed.
+   */
+  restore(c: PoolCheckpoint): number[] {
+    const freed = [...this.live.keys()];
+    const known = new Set(c.segments.map((s) => s.seg));
+    for (const [addr, pb] of [...this.live]) if (!known.has(pb.seg)) this.release(addr, pb);
+    [this.inUse, this.held] = restoreCheckpoint(c, this.segments, this.live);
+    if (this.inUse > this.windowPeak) this.windowPeak = this.inUse;
+    return freed;
   }
 }
 
@@ -180,7 +171,10 @@ export class PrivatePools {
   private readonly freeOrdinals: number[] = [];
   /** Pools whose open window allocated during a capture (frees of other blocks wait for it: no engine call during capture). */
   capturing = 0;
-  readonly counts = { begins: 0, ends: 0, releases: 0, poolAllocs: 0, poolFrees: 0, segmentsTaken: 0, bytesReturned: 0, captureGrows: 0 };
+  readonly counts = { begins: 0, ends: 0, releases: 0, poolAllocs: 0, poolFrees: 0, segmentsTaken: 0, bytesReturned: 0, captureGrows: 0, checkpoints: 0, restores: 0 };
+  /** Checkpoints taken (getCheckpointState) and not dropped yet, by id: the pool's and a copy of its carve state. */
+  private readonly checkpoints = new Map<number, { readonly pool: Pool; readonly state: PoolCheckpoint }>();
+  private nextCheckpoint = 1;
 
   constructor(
     private readonly engine: PoolEngine,
@@ -243,7 +237,7 @@ export class PrivatePools {
    * it has no room (during a capture one that maps memory only). Throws a PoolError
    * (STATUS_CAPTURE: growing would have needed a synchronization or an unmap; -1 out of memory).
    */
-  alloc(ordinal: number, size: number, capturing: boolean): number {
+  alloc(ordinal: number, size: number, capturing: boolean, stream = 0): number {
     const p = this.byOrdinal.get(ordinal);
     if (p === undefined) throw new Error(`an allocation to pool #${ordinal}, which does not exist`);
     const n = Math.max(ALIGN, Math.ceil(size / ALIGN) * ALIGN);
@@ -252,14 +246,14 @@ export class PrivatePools {
       this.capturing++;
     }
     this.counts.poolAllocs++;
-    let addr = p.carve(n);
+    let addr = p.carve(n, size, stream);
     if (addr !== null) return addr;
     if (capturing) this.counts.captureGrows++;
     if (!this.grow(p, n > MiB ? n : MIN_SEGMENT, false, capturing)) {
       const during = capturing ? " during CUDA-graph capture (the pool grows then by mapping memory, never by giving any back)" : "";
       throw new PoolError(-1, `CUDA out of memory. Tried to allocate ${fmtMiB(n)} in private pool (${p.key})${during} (the engine has no room for it).`);
     }
-    addr = p.carve(n)!;
+    addr = p.carve(n, size, stream)!;
     return addr;
   }
 
@@ -339,6 +333,48 @@ export class PrivatePools {
     return this.byKey.get(idKey(a, b))?.useCount ?? 0;
   }
 
+  /** getCheckpointState: a copy of pool (a, b)'s carve state (segments, free and held ranges, live blocks); its id (> 0). */
+  checkpoint(a: number, b: number): number {
+    const p = this.byKey.get(idKey(a, b));
+    if (p === undefined || p.useCount === 0) {
+      throw new PoolError(STATUS_ERROR, `getCheckpointState: no pool (${a}, ${b})${p === undefined ? "" : " in use (its last use was released)"}`);
+    }
+    const id = this.nextCheckpoint++;
+    this.checkpoints.set(id, { pool: p, state: takeCheckpoint(p.segments, p.live, p.inUse, p.held) });
+    this.counts.checkpoints++;
+    return id;
+  }
+
+  /**
+   * setCheckpointPoolState: pool blocks become exactly checkpoint `id`'s, at the same addresses:
+   * every block live now is freed (`freed`), the checkpoint's live blocks are live again
+   * (`allocated`: address, the size asked for, stream). Its segments must all still be the
+   * pool's (a pool released and made again under the same id is another); no engine block is
+   * taken or given. Throws a PoolError, changing nothing, when refused.
+   */
+  restore(id: number): { freed: number[]; allocated: [number, number, number][] } {
+    const c = this.checkpoints.get(id);
+    if (c === undefined) throw new PoolError(STATUS_ERROR, `setCheckpointPoolState: no checkpoint #${id} (dropped, or never taken)`);
+    const p = c.pool;
+    const name = `pool (${p.key.replace(",", ", ")})`;
+    if (this.byKey.get(p.key) !== p || p.useCount === 0) {
+      throw new PoolError(STATUS_ERROR, `setCheckpointPoolState: ${name} of checkpoint #${id} is gone (its last use was released since)`);
+    }
+    const lost = c.state.segments.find((s) => !p.segments.includes(s.seg));
+    if (lost !== undefined) {
+      const b = lost.seg.block;
+      throw new PoolError(STATUS_ERROR, `setCheckpointPoolState: the segment 0x${b.addr.toString(16)} (${fmtMiB(b.size)}) of checkpoint #${id} is no longer ${name}'s`);
+    }
+    this.counts.restores++;
+    const freed = p.restore(c.state);
+    return { freed, allocated: c.state.live.map(([addr, pb]) => [addr, pb.requested, pb.stream]) };
+  }
+
+  /** The checkpoint's copy goes (its AllocatorState was destroyed): whether there was one. */
+  dropCheckpoint(id: number): boolean {
+    return this.checkpoints.delete(id);
+  }
+
   private dispose(p: Pool): number {
     let n = 0;
     for (const s of p.segments) {
@@ -361,6 +397,7 @@ export class PrivatePools {
       p.live.clear();
       this.dispose(p);
     }
+    this.checkpoints.clear();
     this.capturing = 0;
     return n;
   }
@@ -379,6 +416,13 @@ export class PrivatePools {
       reserved += p.reserved;
       inUse += p.inUse;
     }
-    return { private_pools: this.byKey.size, private_pool_reserved_bytes: reserved, private_pool_in_use_bytes: inUse, private_pool_calls: { ...this.counts } };
+    return {
+      private_pools: this.byKey.size,
+      private_pool_reserved_bytes: reserved,
+      private_pool_in_use_bytes: inUse,
+      // checkpoints kept (cudagraph trees hold one per recorded graph until the tree goes)
+      private_pool_checkpoints: this.checkpoints.size,
+      private_pool_calls: { ...this.counts },
+    };
   }
 }

@@ -104,6 +104,10 @@ crash is then a failed case, not a lost run):
                                rise of a warm-up outside it, or with GMLAKE_POOL_RESERVE_BYTES
                                (pool-reserve-env; a bad value: pool-reserve-env-bad, a clear
                                error at start)
+  pool-checkpoint              cudagraph trees' checkpoints: after frees and a warm-up's
+                               allocations a restore frees every block live and gives the
+                               checkpoint's back at their addresses (no driver call), a recording
+                               after it is served around them; refused once the pool's memory went back
 
 usage: python3 test/harness.py [CASE...]       (no CASE: all of them)
 """
@@ -1227,6 +1231,69 @@ def pool_capture_grows():
     print(json.dumps({"case": "pool-capture-grows", "message": msg}))
 
 
+@as_case
+def pool_checkpoint():
+    """cudagraph trees' pool checkpoints through the C ABI, as our CUDAAllocator makes them."""
+    native = gmlake_torch.start("vms", driver="host", capacity_bytes=256 * MiB, check_invariants=64)
+    S, pool = 0x5000, (20, 0)
+    live = lambda p: native.lib.gmlake_pool_live(pool[0], pool[1], p)  # noqa: E731
+    # a recording: x, y, z live at its end (its outputs and what its path keeps), then its checkpoint
+    g = native.pool_begin(pool)
+    x = checked_alloc(native, 4 * MiB, 1, g, capturing=True, stream=S)
+    y = checked_alloc(native, 2 * MiB - 1000, 2, g, capturing=True, stream=S)
+    z = checked_alloc(native, 4 * MiB, 3, g, capturing=True, stream=S)
+    native.pool_end(g)
+    ckpt = native.pool_checkpoint(pool)
+    # replays leave the books as they were; then y dies and a warm-up in the pool (no capture)
+    # takes u (in y's place: freed and allocated by the restore both, as PyTorch's may be), w, v
+    native.free(y, 2 * MiB - 1000, S)
+    g = native.pool_begin(pool)
+    u = checked_alloc(native, MiB, 4, g, stream=S)
+    w = checked_alloc(native, 3 * MiB, 4, g, stream=S)
+    v = checked_alloc(native, 8 * MiB, 5, g)
+    assert u == y, "best fit: u in y's place"
+    native.pool_end(g)
+    native.pool_release(pool)
+    before = gmlake_torch.stats()
+    calls, taken = before["driver_total_calls"], before["private_pool_calls"]["segmentsTaken"]
+    freed, allocated = native.pool_restore(ckpt)
+    assert sorted(freed) == sorted([x, z, u, w, v]), ([hex(a) for a in freed], hex(x), hex(z), hex(w), hex(v))
+    assert allocated == [(x, 4 * MiB, S), (y, 2 * MiB - 1000, S), (z, 4 * MiB, S)], allocated
+    assert gmlake_torch.stats()["driver_total_calls"] == calls, "the restore called the driver"
+    assert (live(None), live(x), live(y), live(z), live(w), live(v)) == (3, 1, 1, 1, 0, 0), "live blocks after the restore"
+    expect_intact(x, 4 * MiB, 1, "a block live through the restore")  # what a replay wrote stays
+    # a recording after the restore: served from the pool's free memory (w's and v's), never over x, y or z
+    g = native.pool_begin(pool)
+    fresh = [checked_alloc(native, n, 10 + i, g, capturing=True, stream=S) for i, n in enumerate((MiB, 2 * MiB, 8 * MiB))]
+    native.pool_end(g)
+    spans = sorted([(x, 4 * MiB), (y, 2 * MiB - 1000), (z, 4 * MiB)] + list(zip(fresh, (MiB, 2 * MiB, 8 * MiB))))
+    for (a, n), (b, _) in zip(spans, spans[1:]):
+        assert a + n <= b, f"0x{a:x}+{n} overlaps 0x{b:x}"
+    assert gmlake_torch.stats()["private_pool_calls"]["segmentsTaken"] == taken, "the pool grew: the restore lost free memory"
+    for a, n, i in ((x, 4 * MiB, 1), (z, 4 * MiB, 3)):
+        expect_intact(a, n, i, "a restored block")
+    # a free of a block the restore freed is no block's (said on stderr), a restored one frees as any
+    _, said = with_stderr(lambda: (native.free(w, 3 * MiB, S), gmlake_torch.stats()))
+    assert "did not hand out" in said, said
+    for a, n in [(x, 4 * MiB), (y, 2 * MiB - 1000), (z, 4 * MiB)] + list(zip(fresh, (MiB, 2 * MiB, 8 * MiB))):
+        native.free(a, n, S)
+    assert live(None) == 0
+    native.pool_release(pool)  # the recording's graph
+    # the last use released, nothing live: the pool's memory goes back, and a restore is refused
+    native.pool_release(pool)
+    assert pool_state()["private_pools"] == 0, pool_state()
+    try:
+        native.pool_restore(ckpt)
+        raise AssertionError("a restore after the pool's memory went back was accepted")
+    except gmlake_torch.GmlakeError as e:
+        assert f"pool (20, 0) of checkpoint #{ckpt} is gone" in str(e), str(e)
+    assert (native.pool_drop_checkpoint(ckpt), native.pool_drop_checkpoint(ckpt)) == (1, 0)
+    s = gmlake_torch.stats()
+    assert s["private_pool_calls"]["checkpoints"] == 1 and s["private_pool_calls"]["restores"] == 1 and s["private_pool_checkpoints"] == 0, s
+    close_clean()
+    print(json.dumps({"case": "pool-checkpoint", "freed": len(freed), "allocated": len(allocated)}))
+
+
 def check_program(name, *args):
     """A C++ check of build/bin: exit 0, or what it said failed."""
     exe = os.path.join(HERE, "..", "build", "bin", name)
@@ -1581,6 +1648,7 @@ CASES["pool-capture-frees"] = pool_capture_frees
 CASES["pool-capture-fails"] = pool_capture_fails
 CASES["pool-capture-grows"] = pool_capture_grows
 CASES["pool-reserve-env"] = pool_capture_grows
+CASES["pool-checkpoint"] = pool_checkpoint
 CASES["pool-reserve-env-bad"] = lambda: expect_start_error("GMLAKE_POOL_RESERVE_BYTES: expected a non-negative integer (bytes), got 'lots'",
                                                        policy="vms", driver="host")
 for _p, _t in (("caching", "locker"), ("expandable", "thread"), ("gmlake", "locker"), ("vms", "thread"), ("vms", "locker")):

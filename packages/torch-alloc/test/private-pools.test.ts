@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 
 import type { Block } from "@gmlake/stitch";
 
+import { subtract, union } from "../src/pool-ranges.js";
 import { PoolError, PrivatePools, STATUS_CAPTURE } from "../src/private-pools.js";
 
 const MiB = 2 ** 20;
@@ -161,4 +162,148 @@ describe("PrivatePools", () => {
     expect(p.useCount(4, 0)).toBe(1);
     p.end(again);
   });
+
+  describe("checkpoints (cudagraph trees' getCheckpointState / setCheckpointPoolState)", () => {
+    /** Pool (8, 0) with one 8 MiB segment and blocks a, b, c of 1 MiB live (b on stream 7, asked 100 bytes less). */
+    function pool() {
+      const e = engine();
+      const p = new PrivatePools(e);
+      const g = p.begin(8, 0, true, 8 * MiB);
+      const a = p.alloc(g, MiB, false, 5);
+      const b = p.alloc(g, MiB - 100, false, 7);
+      const c = p.alloc(g, MiB, false, 5);
+      p.end(g);
+      return { e, p, a, b, c };
+    }
+    const inUse = (p: PrivatePools): unknown => p.stats().private_pool_in_use_bytes;
+    /** A window on pool (8, 0) as cudagraph trees' warm-up opens one: begin, allocations, end, a use released. */
+    function window<T>(p: PrivatePools, fn: (g: number) => T): T {
+      const g = p.begin(8, 0, true);
+      const out = fn(g);
+      p.end(g);
+      p.releasePool(8, 0);
+      return out;
+    }
+
+    it("puts the checkpoint's blocks back at their addresses after frees and allocations; freed blocks are not freed twice, restored ones free normally", () => {
+      const { e, p, a, b, c } = pool();
+      const id = p.checkpoint(8, 0);
+      expect(p.free(b)).toBe(true);
+      const [d, f] = window(p, (g) => [p.alloc(g, 512 * 1024, false, 9), p.alloc(g, 2 * MiB, false, 9)]);
+      expect(d).toBe(b); // b's range, best fit
+      const log = e.log.length;
+      const r = p.restore(id);
+      expect(r.freed.sort()).toEqual([a, b, c, f].sort()); // d is b's address: freed and allocated both, as PyTorch's may
+      expect(r.allocated).toEqual([[a, MiB, 5], [b, MiB - 100, 7], [c, MiB, 5]]);
+      expect(e.log.length).toBe(log); // no engine block taken or given
+      expect(inUse(p)).toBe(3 * MiB);
+      expect(p.live(8, 0, 0)).toBe(3);
+      expect([a, b, c, f].map((x) => p.live(8, 0, x))).toEqual([1, 1, 1, 0]);
+      expect(p.free(f)).toBe(false); // freed by the restore: a stale tensor's free is no pool block's any more
+      expect(p.free(b)).toBe(true); // a restored block frees as any
+      expect(p.free(b)).toBe(false);
+      // the memory after c is free again, merged: 5 MiB from c's end fit without the engine
+      expect(window(p, (g) => [p.alloc(g, 5 * MiB, false), p.alloc(g, MiB, false)])).toEqual([c + MiB, b]);
+      expect(e.log.length).toBe(log);
+      expect(p.useCount(8, 0)).toBe(1);
+      expect(p.stats().private_pool_calls).toMatchObject({ checkpoints: 1, restores: 1 });
+    });
+
+    it("after the pool grew: the blocks of the segment taken since are freed, the segment stays the pool's, all free", () => {
+      const { e, p, a, b, c } = pool();
+      const id = p.checkpoint(8, 0);
+      const big = window(p, (g) => p.alloc(g, 16 * MiB, false)); // more than the pool has free: a segment more
+      expect(e.held()).toBe(24 * MiB);
+      expect(p.restore(id).freed.sort()).toEqual([a, b, c, big].sort());
+      expect(e.held()).toBe(24 * MiB);
+      expect(inUse(p)).toBe(3 * MiB);
+      const log = e.log.length;
+      expect(window(p, (g) => p.alloc(g, 16 * MiB, false))).toBe(big); // the new segment's whole range, no take
+      expect(e.log.length).toBe(log);
+      // the same checkpoint again: the same blocks, from any state
+      expect(p.restore(id).allocated.map(([x]) => x)).toEqual([a, b, c]);
+      for (const x of [a, b, c]) p.free(x);
+      p.releasePool(8, 0);
+      expect(e.held()).toBe(0); // books exact: the last free and release gave every segment back
+    });
+
+    it("a reserve untouched at the checkpoint may go back before the restore (it held no block)", () => {
+      const { e, p, a, b, c } = pool();
+      const g = p.begin(8, 0, true, 70 * MiB); // a window expecting more: 66 MiB taken ahead, in two pieces
+      const id = p.checkpoint(8, 0);
+      p.end(g); // untouched: back to the engine
+      p.releasePool(8, 0);
+      expect(e.log.slice(-2)).toEqual(["give 2", "give 64"]);
+      p.free(b);
+      expect(p.restore(id)).toEqual({ freed: [a, c], allocated: [[a, MiB, 5], [b, MiB - 100, 7], [c, MiB, 5]] });
+      expect(e.held()).toBe(8 * MiB);
+    });
+
+    it("ranges: subtract and union keep order and merge", () => {
+      const r = (addr: number, size: number) => ({ addr, size });
+      expect(subtract([r(0, 10), r(20, 10)], [r(5, 2), r(9, 12), r(25, 10)])).toEqual([r(0, 5), r(7, 2), r(21, 4)]);
+      expect(subtract([r(0, 10)], [])).toEqual([r(0, 10)]);
+      expect(union([r(10, 5), r(0, 4)], [r(4, 2), r(12, 8)])).toEqual([r(0, 6), r(10, 10)]);
+    });
+
+    it("refuses a restore once the pool is gone (its memory went back), an unknown or dropped id, and a checkpoint of no pool", () => {
+      const { e, p, a, b, c } = pool();
+      const id = p.checkpoint(8, 0);
+      const errOf = (fn: () => unknown): PoolError => {
+        try {
+          fn();
+        } catch (caught) {
+          return caught as PoolError;
+        }
+        throw new Error("no error");
+      };
+      for (const x of [a, b, c]) p.free(x);
+      p.releasePool(8, 0);
+      expect(e.held()).toBe(0);
+      let err = errOf(() => p.restore(id));
+      expect(err).toBeInstanceOf(PoolError);
+      expect(err.status).toBe(-2);
+      expect(err.message).toBe(`setCheckpointPoolState: pool (8, 0) of checkpoint #${id} is gone (its last use was released since)`);
+      const g = p.begin(8, 0, true, 8 * MiB); // the same id again: another pool, other segments
+      const x = p.alloc(g, MiB, false);
+      p.end(g);
+      expect(errOf(() => p.restore(id)).message).toMatch(/is gone/);
+      expect(p.live(8, 0, x)).toBe(1); // nothing changed
+      expect(p.dropCheckpoint(id)).toBe(true);
+      expect(p.dropCheckpoint(id)).toBe(false);
+      expect(errOf(() => p.restore(id)).message).toBe(`setCheckpointPoolState: no checkpoint #${id} (dropped, or never taken)`);
+      expect(errOf(() => p.checkpoint(9, 9)).message).toBe("getCheckpointState: no pool (9, 9)");
+      p.releasePool(8, 0); // x still live: the pool stays, with no use
+      expect(errOf(() => p.checkpoint(8, 0)).message).toMatch(/no pool \(8, 0\) in use/);
+      p.free(x);
+      expect(e.held()).toBe(0);
+    });
+
+    it("what record_stream holds stays held: a recorded block freed by the restore, or freed after the checkpoint, is not reused", () => {
+      const { e, p, a, b, c } = pool();
+      const id = p.checkpoint(8, 0);
+      p.free(c);
+      const [r1, r2] = window(p, (g) => {
+        const x = p.alloc(g, MiB, false); // c's range again, then used on another stream and freed
+        p.recordStream(x);
+        p.free(x);
+        const y = p.alloc(g, MiB, false); // live and recorded at the restore
+        p.recordStream(y);
+        return [x, y];
+      });
+      expect(r1).toBe(c);
+      p.restore(id);
+      expect(inUse(p)).toBe(3 * MiB);
+      // c is live again (the checkpoint's), recorded: its range stays held after its free
+      p.free(c);
+      const log = e.log.length;
+      const got = window(p, (g) => [1, 2, 3, 4].map(() => p.alloc(g, MiB, false)));
+      expect(got).not.toContain(c);
+      expect(got).not.toContain(r2);
+      expect(e.log.slice(log)).toEqual([]); // the 4 MiB free: 8, less a, b and what c and r2 hold
+      window(p, (g) => p.alloc(g, MiB, false)); // none left: the pool grows
+      expect(e.log.length).toBe(log + 1);
+    });
+  });
 });
+

@@ -99,6 +99,14 @@ class _Native:
             lib.gmlake_pool_use_count.restype = ctypes.c_int
             lib.gmlake_pool_live.argtypes = pair + [ctypes.c_void_p]
             lib.gmlake_pool_live.restype = ctypes.c_int
+        self.checkpoints = self.pools and hasattr(lib, "gmlake_pool_checkpoint")  # cudagraph trees' pool checkpoints
+        if self.checkpoints:
+            lib.gmlake_pool_checkpoint.argtypes = pair
+            lib.gmlake_pool_checkpoint.restype = ctypes.c_longlong
+            lib.gmlake_pool_restore.argtypes = [ctypes.c_longlong]
+            lib.gmlake_pool_restore.restype = ctypes.c_void_p
+            lib.gmlake_pool_drop_checkpoint.argtypes = [ctypes.c_longlong]
+            lib.gmlake_pool_drop_checkpoint.restype = ctypes.c_int
         self.budgets = hasattr(lib, "gmlake_set_budget")  # a library from before the memory budget (a bundled baseline) has none
         if self.budgets:
             lib.gmlake_set_budget.argtypes = [ctypes.c_double, ctypes.c_int, ctypes.c_int]
@@ -159,6 +167,30 @@ class _Native:
 
     def pool_use_count(self, pool):
         return self.lib.gmlake_pool_use_count(pool[0], pool[1])
+
+    def pool_checkpoint(self, pool):
+        """getCheckpointState: the id of the copy of `pool`'s blocks the engine keeps; raises GmlakeError."""
+        r = self.lib.gmlake_pool_checkpoint(pool[0], pool[1])
+        if r <= 0:
+            raise GmlakeError(self.error())
+        return r
+
+    def pool_restore(self, checkpoint):
+        """setCheckpointPoolState: (addresses freed, [(address, size, stream) allocated]); raises GmlakeError."""
+        p = self.lib.gmlake_pool_restore(checkpoint)
+        try:
+            text = ctypes.string_at(p).decode("utf-8", "replace")
+        finally:
+            self.lib.gmlake_text_free(p)
+        if not text[:1].isdigit():
+            raise GmlakeError(text)
+        n = [int(x) for x in text.split()]
+        freed, at = n[2:2 + n[0]], 2 + n[0]
+        return freed, [tuple(n[at + 3 * i:at + 3 * i + 3]) for i in range(n[1])]
+
+    def pool_drop_checkpoint(self, checkpoint):
+        """The copy goes (1; 0 if there was none)."""
+        return self.lib.gmlake_pool_drop_checkpoint(checkpoint)
 
     def set_budget(self, value, fraction, device):
         """The memory budget (value bytes, or value x the device's memory): its bytes. Raises GmlakeError."""

@@ -5,7 +5,7 @@
 // place of PyTorch's allocator before its first CUDA allocation, as
 // changeCurrentAllocator does. It forwards to the C entry points of libgmlake_torch_alloc.so
 // (gmlake_try_alloc, gmlake_free, gmlake_empty_cache, gmlake_record_stream, gmlake_text, the
-// pool-window hooks), so every memory decision stays the engine's.
+// pool-window hooks, the pool checkpoints), so every memory decision stays the engine's.
 //
 // Why (docs/design-cuda-allocator.md): CUDAPluggableAllocator takes one global mutex and
 // inserts into / erases from an unordered_map on every alloc and free before our library is
@@ -28,6 +28,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +71,10 @@ struct Api {
   void (*create_pool)(int, std::pair<unsigned long long, unsigned long long>) = nullptr;
   int (*pool_use_count)(unsigned long long, unsigned long long) = nullptr;
   int (*pool_live)(unsigned long long, unsigned long long, void*) = nullptr;
+  // pool checkpoints (optional: newer builds): cudagraph trees' getCheckpointState / setCheckpointPoolState
+  long long (*pool_checkpoint)(unsigned long long, unsigned long long) = nullptr;
+  char* (*pool_restore)(long long) = nullptr;
+  int (*pool_drop_checkpoint)(long long) = nullptr;
 };
 Api g_api;
 constexpr int kTextStats = 1;  // native/contract.h (test/contract.test.ts checks these copies)
@@ -159,6 +164,23 @@ constexpr int kShards = 64;
 Shard* const g_shards = new Shard[kShards];
 inline Shard& ShardOf(uintptr_t k) { return g_shards[Mix(k) >> 58]; }  // the top 6 bits
 
+inline void Track(void* p, size_t n, cudaStream_t stream) {
+  auto k = reinterpret_cast<uintptr_t>(p);
+  Shard& s = ShardOf(k);
+  s.lock.lock();
+  s.Put(k, n, stream);
+  s.lock.unlock();
+}
+
+inline bool Untrack(void* p, size_t* n, cudaStream_t* stream) {
+  auto k = reinterpret_cast<uintptr_t>(p);
+  Shard& s = ShardOf(k);
+  s.lock.lock();
+  bool found = s.Take(k, n, stream);
+  s.lock.unlock();
+  return found;
+}
+
 // ---- statistics that PyTorch's DeviceStats has and the engine does not keep ---------------
 struct Counter {
   std::atomic<int64_t> current{0}, peak{0}, allocated{0}, freed{0};
@@ -210,6 +232,16 @@ void FillNewer(S& s, const std::string& json) {
 
 void Deleter(void* ptr);
 
+// getCheckpointState's answer: the id of the copy of a pool's blocks the engine keeps, dropped
+// with the last reference (cudagraph trees keep one per recorded graph).
+struct PoolCheckpoint final : AllocatorState {
+  explicit PoolCheckpoint(long long checkpoint) : id(checkpoint) {}
+  ~PoolCheckpoint() override {
+    if (g_api.pool_drop_checkpoint != nullptr) g_api.pool_drop_checkpoint(id);
+  }
+  const long long id;
+};
+
 class StitchAllocator final : public CUDAAllocator {
  public:
   int device_ = 0;  // the one device the engine serves
@@ -220,11 +252,7 @@ class StitchAllocator final : public CUDAAllocator {
     void* p = nullptr;
     int status = g_api.try_alloc(n, device_, stream, &p);
     if (status != 0) Fail(status, n);
-    auto k = reinterpret_cast<uintptr_t>(p);
-    Shard& s = ShardOf(k);
-    s.lock.lock();
-    s.Put(k, n, stream);
-    s.lock.unlock();
+    Track(p, n, stream);
     allocations_.Add(1);
     requested_.Add(static_cast<int64_t>(n));
     return p;
@@ -232,14 +260,9 @@ class StitchAllocator final : public CUDAAllocator {
 
   void Free(void* p) {
     if (p == nullptr) return;
-    auto k = reinterpret_cast<uintptr_t>(p);
     size_t size = 0;
     cudaStream_t stream = nullptr;
-    Shard& s = ShardOf(k);
-    s.lock.lock();
-    bool found = s.Take(k, &size, &stream);
-    s.lock.unlock();
-    TORCH_CHECK(found, "gmlake: free of ", p, ", which this allocator did not hand out");
+    TORCH_CHECK(Untrack(p, &size, &stream), "gmlake: free of ", p, ", which this allocator did not hand out");
     allocations_.Sub(1);
     requested_.Sub(static_cast<int64_t>(size));
     g_api.free(p, size, device_, stream);
@@ -431,14 +454,54 @@ class StitchAllocator final : public CUDAAllocator {
                           bool /*p2p_enabled*/) override {
     return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
   }
-  // CUDA-graph trees (torch.compile mode="reduce-overhead") checkpoint a pool's state when
-  // they record a new graph off a path they replayed; a tree that records along its path
-  // needs none (docs/design-private-pools.md)
-  std::shared_ptr<AllocatorState> getCheckpointState(c10::DeviceIndex /*device*/, MempoolId_t /*id*/) {
-    return Refused<std::shared_ptr<AllocatorState>>(kCheckpoints);
+  // CUDA-graph trees (torch.compile mode="reduce-overhead") checkpoint a pool after each
+  // recording and put the checkpoint back before recording off a path they replayed (a replay
+  // changes no allocator state): the engine copies and restores the pool's carve state
+  // (docs/design-private-pools.md "Checkpoints").
+  std::shared_ptr<AllocatorState> getCheckpointState(c10::DeviceIndex /*device*/, MempoolId_t id) {
+    TORCH_CHECK(g_api.pool_checkpoint != nullptr && g_api.pool_restore != nullptr && g_api.pool_drop_checkpoint != nullptr,
+                "gmlake: ", kCheckpoints, " need a libgmlake_torch_alloc.so with gmlake_pool_checkpoint");
+    long long checkpoint = g_api.pool_checkpoint(id.first, id.second);
+    TORCH_CHECK(checkpoint > 0, "gmlake: ", g_api.last_error());
+    return std::make_shared<PoolCheckpoint>(checkpoint);
   }
-  CheckpointDelta setCheckpointPoolState(c10::DeviceIndex /*device*/, std::shared_ptr<AllocatorState> /*pps*/) {
-    return Refused<CheckpointDelta>(kCheckpoints);
+  // The pool's blocks live now are freed (they leave the live table without a free: PyTorch
+  // drops their storages' deleters), the checkpoint's are live again at their addresses, with
+  // their size and stream, behind DataPtrs with allocate()'s deleter.
+  CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device, std::shared_ptr<AllocatorState> pps) {
+    auto* checkpoint = dynamic_cast<PoolCheckpoint*>(pps.get());
+    TORCH_CHECK(checkpoint != nullptr, "gmlake: setCheckpointPoolState: not a checkpoint of this allocator's getCheckpointState");
+    char* text = g_api.pool_restore(checkpoint->id);
+    std::string answer = text != nullptr ? text : "";
+    g_api.text_free(text);
+    // "F A", F addresses freed, A allocated as "address size stream" (private_pools.cc); else the engine's reason
+    std::vector<unsigned long long> n;
+    const char* at = answer.c_str();
+    for (char* end = nullptr;; at = end) {
+      unsigned long long v = std::strtoull(at, &end, 10);
+      if (end == at) break;
+      n.push_back(v);
+    }
+    bool whole = !answer.empty() && std::isdigit(static_cast<unsigned char>(answer[0])) && n.size() >= 2 && n.size() == 2 + n[0] + 3 * n[1];
+    TORCH_CHECK(whole, answer.empty() ? "gmlake: setCheckpointPoolState: the engine gave no answer" : answer);
+    CheckpointDelta delta;
+    auto ptr = [](unsigned long long v) { return reinterpret_cast<void*>(static_cast<uintptr_t>(v)); };
+    for (size_t i = 0; i < n[0]; i++) {
+      size_t size = 0;
+      cudaStream_t stream = nullptr;
+      if (Untrack(ptr(n[2 + i]), &size, &stream)) {
+        allocations_.Sub(1);
+        requested_.Sub(static_cast<int64_t>(size));
+      }
+      delta.ptrs_freed.push_back(ptr(n[2 + i]));
+    }
+    for (size_t i = 0, k = 2 + n[0]; i < n[1]; i++, k += 3) {
+      Track(ptr(n[k]), n[k + 1], static_cast<cudaStream_t>(ptr(n[k + 2])));
+      allocations_.Add(1);
+      requested_.Add(static_cast<int64_t>(n[k + 1]));
+      delta.dataptrs_allocd.emplace_back(ptr(n[k]), ptr(n[k]), &Deleter, c10::Device(c10::DeviceType::CUDA, device));
+    }
+    return delta;
   }
   static constexpr const char* kCheckpoints =
       "CUDA-graph pool checkpoints (a cudagraph tree re-recording off a replayed path; "
@@ -516,6 +579,9 @@ extern "C" __attribute__((visibility("default"))) int gmlake_native_install(cons
   G::g_api.create_pool = reinterpret_cast<decltype(G::g_api.create_pool)>(dlsym(lib, "gmlake_create_pool"));
   G::g_api.pool_use_count = reinterpret_cast<decltype(G::g_api.pool_use_count)>(dlsym(lib, "gmlake_pool_use_count"));
   G::g_api.pool_live = reinterpret_cast<decltype(G::g_api.pool_live)>(dlsym(lib, "gmlake_pool_live"));
+  G::g_api.pool_checkpoint = reinterpret_cast<decltype(G::g_api.pool_checkpoint)>(dlsym(lib, "gmlake_pool_checkpoint"));
+  G::g_api.pool_restore = reinterpret_cast<decltype(G::g_api.pool_restore)>(dlsym(lib, "gmlake_pool_restore"));
+  G::g_api.pool_drop_checkpoint = reinterpret_cast<decltype(G::g_api.pool_drop_checkpoint)>(dlsym(lib, "gmlake_pool_drop_checkpoint"));
   dlclose(lib);  // the reference NOLOAD took; ctypes keeps the library loaded
   if (!missing.empty()) return fail(std::string("gmlake: ") + lib_path + " lacks " + missing);
   G::g_allocator.device_ = device;
