@@ -12,10 +12,8 @@
 // event, unmaps, maps, creates, event calls, the modelled stall of both; also after the
 // first step) and, with --steps, the per-step table of each trace.
 import { join, resolve } from "node:path";
-import { SimDriver } from "@gmlake/vmm";
 import { readSnapshot } from "@gmlake/torch-trace";
-import { EventKind } from "@gmlake/trace";
-import { Allocator, LaggingGpu, planTrace } from "../dist/index.js";
+import { driveLive } from "./live-drive.mjs";
 import { traceFiles } from "./trace-files.mjs";
 
 const args = process.argv.slice(2);
@@ -62,55 +60,31 @@ function stepEnds(snap) {
 const COLS = ["ctxSynchronize", "memUnmap", "memMap", "memCreate", "memRelease", "eventCreate", "eventRecord", "eventQuery", "eventSynchronize", "streamWaitEvent"];
 
 function run(snap) {
-  const L = snap.events;
-  const plan = planTrace(L);
-  const gpu = new LaggingGpu(new SimDriver(), lagUs);
-  const e = new Allocator(policy, gpu, { options, settings: snap.allocatorSettings, recorder: null });
-  const blocks = new Array(L.length).fill(null);
   const { ends, by } = stepEnds(snap);
   const rows = [];
-  let s0 = gpu.stats().calls;
+  let s0 = Object.fromEntries(COLS.map((c) => [c, 0])); // no call before the first event
   let stall0 = 0;
   let def0 = 0;
   let step = 0;
-  for (let i = 0; i < L.length; i++) {
-    gpu.nowUs = L.timeUs[i];
-    e.ctx.nowUs = L.timeUs[i];
-    const k = L.kind[i];
-    const stream = L.streams[L.stream[i]];
-    if (k === EventKind.alloc) {
-      let b = e.tryMalloc(L.size[i], stream);
-      if (b === null) {
-        e.emptyCache(); // what LiveAllocator.alloc does before it reports out of memory
-        b = e.tryMalloc(L.size[i], stream);
-      }
-      if (b === null) throw new Error(`out of memory at event ${i}`);
-      blocks[i] = b;
-    } else if (k === EventKind.freeRequested || k === EventKind.freeCompleted) {
-      const r = plan.ref[i];
-      const b = r >= 0 ? blocks[r] : null;
-      if (b !== null) {
-        e.free(b); // the program's free: the engine's own two phases
-        blocks[r] = null;
-      }
-    } else if (plan.emptyCache[i] === 1) e.emptyCache();
-    if (i + 1 === ends[step]) {
-      const s1 = gpu.stats().calls;
-      const row = { step: step + 1 };
-      for (const c of COLS) row[c] = s1[c] - s0[c];
-      row.stallMs = (gpu.stallUs - stall0) / 1000;
-      row.deferredFrees = e.stats.numDeferredFrees - def0;
-      row.reservedGiB = e.stats.peakReservedBytes / 2 ** 30;
-      rows.push(row);
-      s0 = s1;
-      stall0 = gpu.stallUs;
-      def0 = e.stats.numDeferredFrees;
-      step++;
-    }
-  }
-  const peak = e.stats.peakReservedBytes;
-  e.close();
-  return { rows, peak, by, counters: e.instance.counters?.() ?? {} };
+  const onEvent = (i, gpu, e) => {
+    if (i + 1 !== ends[step]) return;
+    const s1 = gpu.stats().calls;
+    const row = { step: step + 1 };
+    for (const c of COLS) row[c] = s1[c] - s0[c];
+    row.stallMs = (gpu.stallUs - stall0) / 1000;
+    row.deferredFrees = e.stats.numDeferredFrees - def0;
+    row.reservedGiB = e.stats.peakReservedBytes / 2 ** 30;
+    rows.push(row);
+    s0 = { ...s1 };
+    stall0 = gpu.stallUs;
+    def0 = e.stats.numDeferredFrees;
+    step++;
+  };
+  const { oom, peak, engine } = driveLive(snap, { policy, options, lagUs, onEvent, keepOpen: true });
+  if (oom >= 0) throw new Error(`out of memory at event ${oom}`);
+  const counters = engine.instance.counters?.() ?? {};
+  engine.close();
+  return { rows, peak, by, counters };
 }
 
 const fmt = (v) => (typeof v === "number" && !Number.isInteger(v) ? v.toFixed(2) : String(v));

@@ -228,11 +228,43 @@ describe("vms policy", () => {
     }
   });
 
+  it("under a budget below the device's memory makes handles of budget / budgetHandleDivisor; without one, as before", () => {
+    const creates = (d: VmmDriver, options: Record<string, unknown>) => {
+      const a = new Allocator("vms", d, { options, checkInvariants: 1, recorder: null });
+      a.malloc(40 * MiB);
+      const n = calls(d).memCreate;
+      a.close();
+      return n;
+    };
+    // a 16 GiB budget on an H200-sized sim: 1 MiB shares, so granules of 2 MiB
+    expect(creates(withCapacity(new SimDriver(), 16384 * MiB), {})).toBe(20);
+    // without it the capacity's own share (16 GiB / 2048: 8 MiB handles)
+    expect(creates(withCapacity(new SimDriver(), 16384 * MiB), { budgetHandleDivisor: 0 })).toBe(5);
+    // the device's own memory is no budget: one 40 MiB handle
+    expect(creates(new SimDriver(), {})).toBe(1);
+    // a 16 GiB device: its capacity share only (8 MiB handles), no budget cap
+    expect(creates(new SimDriver({ capacityBytes: 16384 * MiB }), {})).toBe(5);
+  });
+
+  it("never carves a small segment out of another stream's free block (its small blocks would skip the stream wait)", () => {
+    const d = host();
+    const a = new Allocator("vms", d, { options: { crossStream: true }, checkInvariants: 1, recorder: null });
+    const other = a.malloc(2 * MiB, 7); // one small segment's worth, freed on stream 7
+    a.malloc(4 * MiB, 7); // keeps it a block of its own
+    a.free(other);
+    const waits = calls(d).streamWaitEvent;
+    const small = a.malloc(512, 0);
+    expect((a.instance as VmsAllocator).counters().crossStreamHits).toBe(0);
+    expect(small.addr === other.addr).toBe(false);
+    expect(calls(d).streamWaitEvent).toBe(waits);
+    a.close();
+  });
+
   it("under pressure releases a free handle that fits no gap and creates one sized to the gap, where moving it could not serve the request", () => {
     // No handle caps from the capacity: the shapes below are exact.
     const run = () => {
       const d = withCapacity(new SimDriver(), 1024 * MiB);
-      const a = new Allocator("vms", d, { options: { capacityHandleDivisor: 0, headroomHandleDivisor: 0 }, checkInvariants: 1, recorder: null });
+      const a = new Allocator("vms", d, { options: { capacityHandleDivisor: 0, headroomHandleDivisor: 0, budgetHandleDivisor: 0 }, checkInvariants: 1, recorder: null });
       const p = a.malloc(40 * MiB); // [0, 40): one 40 MiB handle
       const base = p.addr;
       const m = a.malloc(10 * MiB); // [40, 50)

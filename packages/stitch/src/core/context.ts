@@ -378,6 +378,9 @@ class PolicyView implements PolicyContext {
   get capacityBytes(): number {
     return capacityOf(this.#c.driver);
   }
+  get deviceBytes(): number {
+    return this.#c.driver.device.totalBytes;
+  }
   get mapOnly(): boolean {
     return this.#c.mapOnly;
   }

@@ -48,6 +48,8 @@ export interface PolicyContext {
    * processes' use is not in it (freeDeviceBytes() is the call that sees it).
    */
   readonly capacityBytes: number;
+  /** The device's memory (the driver's device): capacityBytes below it is a budget. No driver call. */
+  readonly deviceBytes: number;
   /**
    * Only new memory may be mapped now: a CUDA graph is being captured (live, a private pool
    * growing), when a synchronization or an unmap would break the capture. A policy then moves

@@ -357,6 +357,9 @@ class GuardedView implements PolicyContext {
   get capacityBytes(): number {
     return this.#v.capacityBytes;
   }
+  get deviceBytes(): number {
+    return this.#v.deviceBytes;
+  }
   get mapOnly(): boolean {
     return this.#v.mapOnly;
   }

@@ -30,6 +30,8 @@ export interface VmsOptions extends Record<string, unknown> {
   capacityHandleDivisor: number;
   /** New handles are at most (capacity - reserved) / this (at least the granularity); 0 = off. */
   headroomHandleDivisor: number;
+  /** Under a budget below the device's memory, new handles are at most budget / this (at least the granularity); 0 = off. */
+  budgetHandleDivisor: number;
 }
 
 /**
@@ -320,14 +322,19 @@ export abstract class VmsState {
    * once memory is tight. So handles stay a small share of the capacity (capacity /
    * capacityHandleDivisor: 2048 handles fill it, so 64 MiB, the maxHandleBytes default, on
    * an H200's 139.8 GiB and 5 MiB in a 10 GiB budget) and shrink further as the headroom
-   * goes ((capacity - reserved) / headroomHandleDivisor). Infinity while both shares are
-   * at least maxHandleBytes (memory plentiful: the decisions are those of no capacity).
+   * goes ((capacity - reserved) / headroomHandleDivisor). A budget below the device's memory
+   * (set_per_process_memory_fraction) says the job is meant to run near it: handles are then
+   * at most budget / budgetHandleDivisor (the 2 MiB granularity up to a 32 GiB budget, as
+   * expandable_segments' pages), so that frees still pending on a lagging GPU's streams trap
+   * little when the budget is reached. Infinity while
+   * every share is at least maxHandleBytes (memory plentiful: the decisions are those of no capacity).
    */
   protected pressureCap(): number {
     const k = this.o.headroomHandleDivisor;
     const c = this.ctx.capacityBytes;
     let share = k === 0 ? Infinity : (c - this.ctx.reservedBytes) / k;
     if (this.o.capacityHandleDivisor > 0) share = Math.min(share, c / this.o.capacityHandleDivisor);
+    if (this.o.budgetHandleDivisor > 0 && c < this.ctx.deviceBytes) share = Math.min(share, c / this.o.budgetHandleDivisor);
     return share >= this.o.maxHandleBytes ? Infinity : Math.max(this.g, this.floorG(share));
   }
 

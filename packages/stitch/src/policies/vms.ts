@@ -52,7 +52,10 @@ export class VmsAllocator extends VmsState implements PolicyInstance {
       if (b.size - rounded >= kMinBlockSize) sp.replaceAtCursor(splitBack(b, b.addr + rounded));
       else sp.takeAtCursor();
     } else {
-      const host = this.mallocLarge(this.o.smallSegmentBytes, stream, cachedOnly);
+      // never another stream's block: the small blocks carved from it are this stream's, so
+      // the engine would not make this stream wait for that one's work (nor, at the segment's
+      // return, that one for this one's)
+      const host = this.mallocLarge(this.o.smallSegmentBytes, stream, cachedOnly, false);
       if (host === null) return null;
       host.allocated = true;
       this.n.smallSegments++;
@@ -80,7 +83,7 @@ export class VmsAllocator extends VmsState implements PolicyInstance {
     this.smallPool.insert(b);
   }
 
-  private mallocLarge(rounded: number, stream: number, cachedOnly: boolean): Block | null {
+  private mallocLarge(rounded: number, stream: number, cachedOnly: boolean, crossStream = this.o.crossStream): Block | null {
     const b = this.pool.seek(stream, rounded);
     if (b !== null && b.stream === stream) {
       // the rest takes the best fit's place in the pool (no delete and insert)
@@ -89,7 +92,7 @@ export class VmsAllocator extends VmsState implements PolicyInstance {
       this.markSeams(b);
       return b;
     }
-    if (this.o.crossStream) {
+    if (crossStream) {
       // A block freed by another stream: safe once this stream waits for that stream's free (see docs/vms.md).
       const x = this.otherStreamFit(stream, rounded);
       if (x !== null) {
@@ -232,6 +235,7 @@ export const vmsPolicy: Policy<VmsOptions> = {
     donorOrder: { type: "choice", choices: ["hole", "size"], default: "hole", description: "which free handles move first: those of the smallest free blocks (hole) or the largest (size)" },
     arenaBytes: { type: "bytes", min: 1, max: 2 ** 47, default: null, nullMeans: "2 x device memory", description: "virtual bytes reserved per stream arena" },
     capacityHandleDivisor: { type: "number", min: 0, max: 2 ** 20, default: 2048, description: "new handles are at most capacity / this (the device or its budget), at least the granularity: what one handle can trap stays small where memory is tight; 0 = off" },
+    budgetHandleDivisor: { type: "number", min: 0, max: 2 ** 20, default: 16384, description: "under a budget below the device's memory (a memory fraction, a capacity), new handles are at most budget / this, at least the granularity: the job is meant to run near its budget; 0 = off" },
     headroomHandleDivisor: { type: "number", min: 0, max: 2 ** 20, default: 256, description: "new handles are at most (capacity - reserved) / this, at least the granularity: handles shrink as memory fills; 0 = off" },
   },
   // a block freed on one stream may serve another (the engine makes that stream wait first)
