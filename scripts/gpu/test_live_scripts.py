@@ -1711,6 +1711,24 @@ class NativeAllocCheck(unittest.TestCase):
             self.assertEqual(micro[:6], ["micro-pytorch-r1", "micro-pytorch-expandable-r1", "micro-vms-pluggable-r1", "micro-vms-native-r1",
                                          "micro-caching-pluggable-r1", "micro-caching-native-r1"])
             self.assertEqual(len(micro), 12)
+            # TAKEBACK=1: ours native with the take-back, and every variant's Python pairs of one size
+            p = subprocess.run(["bash", os.path.join(HERE, "native-alloc-check.sh")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                               env=dict(env, ROUNDS="1", TAKEBACK="1"))
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+            with open(os.path.join(d, "out", "native-alloc-check.jsonl")) as f:
+                micro = [json.loads(l)["tag"] for l in f if json.loads(l)["tag"].startswith("micro-")]
+            self.assertEqual(micro, ["micro-pytorch-r1", "micro-pytorch-expandable-r1", "micro-vms-pluggable-r1", "micro-vms-native-r1",
+                                     "micro-vms-native-takeback-r1", "micro-caching-pluggable-r1", "micro-caching-native-r1",
+                                     "micro-caching-native-takeback-r1", "micro-pytorch-same-r1", "micro-vms-native-same-r1",
+                                     "micro-vms-native-takeback-same-r1", "micro-caching-native-same-r1", "micro-caching-native-takeback-same-r1"])
+            with open(os.path.join(d, "out", "native-alloc-check.md")) as f:
+                md = f.read()
+            self.assertIn("One size (Python median, best round; PyTorch default 4.00 + 0.3 = 4.30):", md)
+            self.assertIn("- vms-native-takeback-same: 4.00 us, within", md)
+            p = subprocess.run(["bash", os.path.join(HERE, "native-alloc-check.sh")], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                               env=dict(env, TAKEBACK="yes"))
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("TAKEBACK must be 0 or 1", p.stderr)
             p = subprocess.run(["bash", os.path.join(HERE, "native-alloc-check.sh")], capture_output=True, text=True, cwd=ROOT, timeout=60,
                                env=dict(env, FAKE_BUILD_FAIL="1"))
             self.assertEqual(p.returncode, 2)
