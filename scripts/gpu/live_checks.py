@@ -14,7 +14,9 @@ usage: python3 live_checks.py CHECK [--policy P] [--knobs k=v,...] [--seconds S]
   micro    per-call cost: alloc+free pairs through torch.cuda.caching_allocator_alloc /
            caching_allocator_delete (a window of 64 live blocks, sizes 512 B .. 64 MiB),
            each pair timed; then the same pairs from C++ (libgmlake_pair_bench.so, through
-           c10's raw_alloc/raw_delete: no Python in the loop); --policy pytorch for PyTorch's own
+           c10's raw_alloc/raw_delete: no Python in the loop); --policy pytorch for PyTorch's own;
+           --same-size: every Python pair of 1 MiB (each alloc then follows the free of a block of
+           its size: GMLAKE_TAKEBACK's best case; the C++ pairs keep their sizes)
   integrity a pattern-checked stress run for --seconds (20): two Python threads, each on its own
            CUDA stream, each with a window of live tensors replaced in random order (sizes
            512 B .. 256 MiB log-uniform; now and then several large frees then one larger
@@ -52,6 +54,7 @@ ap.add_argument("--capacity-bytes", type=int, default=0,
                 help="integrity: a memory budget (ours: enable(capacity_bytes=...); PyTorch's: set_per_process_memory_fraction); "
                      "an allocation it cannot serve is caught, the thread frees some of its tensors and goes on")
 ap.add_argument("--reps", type=int, default=20, help="layout: timed repetitions per kernel")
+ap.add_argument("--same-size", action="store_true", help="micro: every Python pair of 1 MiB")
 args = ap.parse_args()
 try:
     knobs = dict(kv.split("=", 1) for kv in args.knobs.split(",") if kv.strip())
@@ -233,7 +236,7 @@ if args.check == "micro":
     import random
 
     rng = random.Random(1234)
-    sizes = [512 << rng.randrange(18) for _ in range(4096)]  # 512 B .. 64 MiB
+    sizes = [1 << 20] * 4096 if args.same_size else [512 << rng.randrange(18) for _ in range(4096)]  # 512 B .. 64 MiB
     window = [torch.cuda.caching_allocator_alloc(sizes[i]) for i in range(64)]
     ns = time.perf_counter_ns
     alloc, delete = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
@@ -279,7 +282,8 @@ if args.check == "micro":
     torch.cuda.synchronize()
     done(True, pairs=len(ts), median_us=round(med, 3), p99_us=round(p99, 3), mean_us=round(sum(ts) / len(ts) / 1000, 3),
          timer_median_us=round(loop[len(loop) // 2] / 1000, 3), native=native,
-         engine=(ours.stats()["driver_total_calls"] if ours is not None else None))
+         engine=(ours.stats()["driver_total_calls"] if ours is not None else None),
+         takebacks=(ours.stats().get("num_queue_takebacks") if ours is not None else None))
 
 if args.check == "integrity":
     import random

@@ -6,7 +6,9 @@
 #   here:   bash scripts/gpu/bundle.sh --live            (.gpu/live.tar.xz: the engine, built)
 #   there:  `run` with carry [".gpu"] and: bash scripts/gpu/native-alloc-check.sh
 # Knobs: ROUNDS (micro rounds, default 2: every variant once per round, in turns), PAIRS (per
-#   micro run, default 200000), POLICIES (default "vms caching"), PYTHON (python3).
+#   micro run, default 200000), POLICIES (default "vms caching"), PYTHON (python3), TAKEBACK (1:
+#   also ours native with GMLAKE_TAKEBACK=1, and PyTorch's and ours native, take-back off and on,
+#   with every Python pair of one size: live_checks.py micro --same-size; default 0).
 # Out ($OUT): native-alloc-check.md (the table), native-alloc-check.jsonl (every RESULT), logs.
 # Reads: per pair, from Python (torch.cuda.caching_allocator_alloc/delete) and from C++
 # (pair_bench.cc, c10's raw_alloc/raw_delete: no Python in the loop); issue 27 asks ours native
@@ -19,6 +21,11 @@ python=${PYTHON:-python3}
 rounds=${ROUNDS:-2}
 pairs=${PAIRS:-200000}
 policies=${POLICIES:-vms caching}
+takeback=${TAKEBACK:-0}
+if [ "$takeback" != 0 ] && [ "$takeback" != 1 ]; then
+  echo "native-alloc-check: TAKEBACK must be 0 or 1, not '$takeback'" >&2
+  exit 2
+fi
 for v in ROUNDS PAIRS; do
   if [ -n "${!v+x}" ] && ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
     echo "native-alloc-check: $v must be a positive whole number, not '${!v}'" >&2
@@ -100,6 +107,13 @@ for ((r = 1; r <= rounds; r++)); do
   for p in $policies; do
     run "micro-$p-pluggable-r$r" GMLAKE_INTERFACE=pluggable "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs "$pairs"
     run "micro-$p-native-r$r" GMLAKE_INTERFACE=native "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs "$pairs"
+    [ "$takeback" = 1 ] && run "micro-$p-native-takeback-r$r" GMLAKE_INTERFACE=native GMLAKE_TAKEBACK=1 "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs "$pairs"
+  done
+  [ "$takeback" = 1 ] || continue
+  run "micro-pytorch-same-r$r" "$python" scripts/gpu/live_checks.py micro --policy pytorch --pairs "$pairs" --same-size
+  for p in $policies; do
+    run "micro-$p-native-same-r$r" GMLAKE_INTERFACE=native "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs "$pairs" --same-size
+    run "micro-$p-native-takeback-same-r$r" GMLAKE_INTERFACE=native GMLAKE_TAKEBACK=1 "$python" scripts/gpu/live_checks.py micro --policy "$p" --pairs "$pairs" --same-size
   done
 done
 
@@ -130,6 +144,14 @@ if base:
     for v in sorted(cxx):
         if "native" in v and cxx[v]:
             out.append(f"- {v}: {min(cxx[v]):.2f} us, {'within' if min(cxx[v]) <= min(base) + 0.3 else 'NOT within'}")
+same = by.get("pytorch-same")
+if same:  # TAKEBACK=1: the Python pairs of one size against PyTorch's own on the same pairs
+    b = min(r["median_us"] for r in same)
+    out += ["", f"One size (Python median, best round; PyTorch default {b:.2f} + 0.3 = {b + 0.3:.2f}):"]
+    for v in sorted(by):
+        if v.endswith("-same") and v != "pytorch-same":
+            m = min(r["median_us"] for r in by[v])
+            out.append(f"- {v}: {m:.2f} us, {'within' if m <= b + 0.3 else 'NOT within'}")
 print("\n".join(out))
 EOF
 cat "$OUT/native-alloc-check.md"

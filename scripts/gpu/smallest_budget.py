@@ -17,11 +17,18 @@ fits a larger batch; the table says at which budgets that holds, measured, not i
 usage: python3 smallest_budget.py [--workloads W,...] [--allocators A,...] [--steps 12]
                                   [--step-gib 0.04] [--points 2] [--center W:A=GiB,...]
                                   [--fit-compare FILE] [--jobs N] [--device-gib G]
-                                  [--time-limit S] [--candidate-timeout S] [--out DIR]
+                                  [--time-limit S] [--candidate-timeout S] [--out DIR] [--known F,...]
+                                  [--known-for A,...]
   --center W:A=GiB: the prediction for workload W under allocator A (else the sim's number for
   A's policy: pytorch -> caching, pytorch-expandable -> expandable, ours:vms -> vms); one grid per
   workload, every allocator on it: from the lowest prediction to the highest, --points steps
   of --step-gib more on either side.
+  --known F,...: earlier smallest-budget.json files (the same machine kind and steps): a candidate
+  measured there is not run again, and one that a measured answer settles (the same allocator
+  trained the same batch under a budget no larger, or ran out of memory under one no smaller)
+  is taken as settled, marked in parentheses; the limit budgets count measured candidates only.
+  --known-for A,...: only these allocators' known candidates count (default: every allocator's;
+  leave out one whose code changed since).
 """
 import argparse
 import json
@@ -94,6 +101,8 @@ def parse(argv):
     ap.add_argument("--candidate-timeout", default="240")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out", default=".")
+    ap.add_argument("--known", default="")
+    ap.add_argument("--known-for", default="")
     try:
         return ap.parse_args(argv)
     except SystemExit as e:
@@ -225,7 +234,7 @@ def verdict(cands):
 def limits(w, allocs, results):
     """[(x, y, budgets)]: grid budgets at which x trained w's batch and y ran out of memory."""
     out = []
-    grid = [c for c in results if c["workload"] == w and c["phase"] == "grid"]
+    grid = [c for c in results if c["workload"] == w and c["phase"] == "grid" and not c.get("inferred")]
     for x in allocs:
         for y in allocs:
             okx = {c["budget_gib"] for c in grid if c["allocator"] == x and c["status"] == "ok"}
@@ -289,14 +298,15 @@ def report(a, plan, results):
              "`" + " ".join(f"{k}={v}" for k, v in (("SB_WORKLOADS", a.workloads), ("SB_ALLOCATORS", a.allocators),
                                                    ("SB_STEP_GIB", a.step_gib), ("SB_POINTS", a.points)) + ((("SB_CENTER", a.center),) if a.center else ()))
              + " bash scripts/gpu/smallest-budget.sh`", "",
-             "| workload | batch | allocator | grid GiB | smallest that trains | the grid (+ trains, - out of memory, ! other error, ? not run: time limit) |",
+             "| workload | batch | allocator | grid GiB | smallest that trains | the grid (+ trains, - out of memory, ! other error, ? not run: time limit; (x): settled by a measured answer) |",
              "| --- | ---: | --- | --- | ---: | --- |"]
     notes, per = [], {}
     for w, al, grid in plan:
         cs = [c for c in results if c["workload"] == w and c["allocator"] == al and c["phase"] == "grid"]
         text, odd = verdict(cs)
         per[(w, al)] = cs
-        marks = " ".join(f"{c['budget_gib']:.2f}{ {'ok': '+', 'oom': '-', 'skipped': '?'}.get(c['status'], '!')}" for c in sorted(cs, key=lambda c: c["budget_gib"]))
+        mark = lambda c: {"ok": "+", "oom": "-", "skipped": "?"}.get(c["status"], "!")  # noqa: E731
+        marks = " ".join(f"{c['budget_gib']:.2f}" + (f"({mark(c)})" if c.get("inferred") else mark(c)) for c in sorted(cs, key=lambda c: c["budget_gib"]))
         lines.append(f"| {w} | {largest_batch.DEFAULT_BATCH[w]} | {al} | {grid[0]:.2f}-{grid[-1]:.2f} | {text} | {marks} |")
         if odd:
             notes.append(f"- {w} {al}: {odd} (not monotone)")
@@ -324,12 +334,48 @@ def report(a, plan, results):
     return "\n".join(lines) + "\n"
 
 
+def load_known(a):
+    """The candidates of earlier runs (--known), each tagged with its file."""
+    out = []
+    for path in filter(None, (x.strip() for x in a.known.split(","))):
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+            cs = [c for c in doc["candidates"] if c.get("status") in ("ok", "oom") and str(doc.get("steps")) == str(a.steps)]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            fail(f"--known {path}: cannot read its candidates ({e})")
+        out += [dict(c, known=path) for c in cs]
+    only = {x.strip() for x in a.known_for.split(",") if x.strip()}
+    return [c for c in out if not only or c["allocator"] in only]
+
+
+def settled(known, w, al, budget, value):
+    """A known candidate that settles (w, al, budget, value): the measured one itself, or one
+    the monotone budget settles (copied, marked inferred); None when none does."""
+    same = [c for c in known if (c["workload"], c["allocator"], c["value"]) == (w, al, value)]
+    for c in same:
+        if abs(c["budget_gib"] - budget) < 1e-9:
+            return dict(c)
+    for c in same:
+        if (c["status"] == "ok" and c["budget_gib"] <= budget) or (c["status"] == "oom" and c["budget_gib"] >= budget):
+            return dict(c, budget_gib=budget, inferred=True, from_budget=c["budget_gib"])
+    return None
+
+
 def main(argv):
     a = parse(argv)
     number(a.steps, "steps", int)
     plan = grids(a)
     r = Runner(a)
-    todo = [(w, al, b) for w, al, grid in plan for b in grid]
+    known = load_known(a)
+    todo = []
+    for w, al, grid in plan:
+        for b in grid:
+            k = settled(known, w, al, b, largest_batch.DEFAULT_BATCH[w])
+            if k is not None:
+                r.results.append(dict(k, phase="grid"))
+            else:
+                todo.append((w, al, b))
     # the largest budgets first, so that the device packs the small ones into what is left
     todo.sort(key=lambda t: -t[2])
     print(f"smallest_budget: {len(todo)} candidates, up to {r.jobs} at once in {r.room:.0f} GiB, time limit {r.limit:.0f} s", flush=True)
@@ -337,7 +383,13 @@ def main(argv):
         list(pool.map(lambda t: r.one(*t), todo))
     # then, at each workload's limit budget, one batch above (or below) the workload's own
     allocs = list(dict.fromkeys(al for _, al, _ in plan))
-    more = [t for w in dict.fromkeys(w for w, _, _ in plan) for t in confirm_runs(w, allocs, r.results)]
+    more = []
+    for t in (t for w in dict.fromkeys(w for w, _, _ in plan) for t in confirm_runs(w, allocs, r.results)):
+        k = settled(known, *t)
+        if k is not None and not k.get("inferred"):
+            r.results.append(dict(k, phase="confirm"))
+        else:
+            more.append(t)
     print(f"smallest_budget: {len(more)} candidates at the limit budgets", flush=True)
     with ThreadPoolExecutor(r.jobs) as pool:
         list(pool.map(lambda t: r.one(*t, phase="confirm"), sorted(more, key=lambda t: -t[2])))

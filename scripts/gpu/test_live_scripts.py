@@ -1032,6 +1032,25 @@ class SmallestBudget(unittest.TestCase):
         # at 10.4 GiB: expandable trains 7 (measured), vms 8 and not 9 (measured)
         self.assertIn("| gpt2_ft | 10.40 | 7 | 8 |", text)
 
+    def test_known_candidates_are_not_run_again(self):
+        args = ["--workloads", "gpt2_ft", "--center", "gpt2_ft:pytorch-expandable=10.45,gpt2_ft:ours:vms=10.0", "--step-gib", "0.1", "--points", "1"]
+        p, md = self.sb(*args)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        first = os.path.join(self.d, "first.json")
+        os.replace(os.path.join(os.path.dirname(md), "smallest-budget.json"), first)
+        with open(md) as f:
+            before = f.read()
+        # expandable's answers known: only vms runs (its candidate count), the tables the same
+        p, md = self.sb(*args, "--known", first, "--known-for", "pytorch-expandable")
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        with open(md) as f:
+            after = f.read()
+        self.assertIn("7 candidates", p.stdout)
+        self.assertEqual(before.split("\n")[5:], after.split("\n")[5:])
+        p, _ = self.sb(*args, "--known", os.path.join(self.d, "none.json"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--known", p.stderr)
+
     def test_bad_input_is_one_line(self):
         for args, want in ((["--workloads", "nope"], "unknown workload 'nope'"),
                            (["--workloads", "gpt2_ft", "--center", "gpt2_ft=3"], "expected WORKLOAD:ALLOCATOR=GiB"),
@@ -1821,6 +1840,24 @@ class NativeAllocCheck(unittest.TestCase):
             self.assertEqual(micro[:6], ["micro-pytorch-r1", "micro-pytorch-expandable-r1", "micro-vms-pluggable-r1", "micro-vms-native-r1",
                                          "micro-caching-pluggable-r1", "micro-caching-native-r1"])
             self.assertEqual(len(micro), 12)
+            # TAKEBACK=1: ours native with the take-back, and every variant's Python pairs of one size
+            p = subprocess.run(["bash", os.path.join(HERE, "native-alloc-check.sh")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                               env=dict(env, ROUNDS="1", TAKEBACK="1"))
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+            with open(os.path.join(d, "out", "native-alloc-check.jsonl")) as f:
+                micro = [json.loads(l)["tag"] for l in f if json.loads(l)["tag"].startswith("micro-")]
+            self.assertEqual(micro, ["micro-pytorch-r1", "micro-pytorch-expandable-r1", "micro-vms-pluggable-r1", "micro-vms-native-r1",
+                                     "micro-vms-native-takeback-r1", "micro-caching-pluggable-r1", "micro-caching-native-r1",
+                                     "micro-caching-native-takeback-r1", "micro-pytorch-same-r1", "micro-vms-native-same-r1",
+                                     "micro-vms-native-takeback-same-r1", "micro-caching-native-same-r1", "micro-caching-native-takeback-same-r1"])
+            with open(os.path.join(d, "out", "native-alloc-check.md")) as f:
+                md = f.read()
+            self.assertIn("One size (Python median, best round; PyTorch default 4.00 + 0.3 = 4.30):", md)
+            self.assertIn("- vms-native-takeback-same: 4.00 us, within", md)
+            p = subprocess.run(["bash", os.path.join(HERE, "native-alloc-check.sh")], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                               env=dict(env, TAKEBACK="yes"))
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("TAKEBACK must be 0 or 1", p.stderr)
             p = subprocess.run(["bash", os.path.join(HERE, "native-alloc-check.sh")], capture_output=True, text=True, cwd=ROOT, timeout=60,
                                env=dict(env, FAKE_BUILD_FAIL="1"))
             self.assertEqual(p.returncode, 2)

@@ -7,7 +7,7 @@
 // the program's empty_cache calls are made too.
 //   node bench/live-replay.mjs [--trace gpt2_ft] [--policy vms] [--reps 5] [--warmup 1]
 //                              [--streams recorded|one] [--record false|true] [--knobs JSON]
-//                              [--evict-kib N] [--front-cache N [--recall]] [--drain [--speculate K]]
+//                              [--evict-kib N] [--front-cache N [--recall]] [--drain [--speculate K]] [--takeback]
 // Prints one JSON line: ns per alloc+free pair over the whole trace and over its second
 // half (the steady state; an alloc's share of the frees and empty_cache calls with it), best
 // and median of the reps (each rep a fresh bridge; warm-up reps first, not counted), and what
@@ -34,6 +34,9 @@
 // streams, the last time, k = K .. 1), and an allocation that was foreseen takes that answer
 // with no call (not timed; the JS thread is assumed to be done before it comes); the engine
 // then makes it (checked: at the same address). "decided" counts the hits.
+// --takeback: FreeQueue's take-back (GMLAKE_TAKEBACK=1, off by default): an alloc takes back the newest
+// queued free (of the last 32) of its size and stream, with no call (not timed); without --drain a
+// free stays queued until the next call, as with a Locker per call. "decided" counts them (takebacks).
 // Profile with `node --cpu-prof --cpu-prof-dir=prof bench/live-replay.mjs ...`.
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -71,6 +74,7 @@ const { values } = parseArgs({
     recall: { type: "boolean", default: false },
     drain: { type: "boolean", default: false },
     speculate: { type: "string", default: "0" },
+    takeback: { type: "boolean", default: false },
   },
 });
 const reps = Number(values.reps);
@@ -101,6 +105,10 @@ if (!(Number.isInteger(specK) && specK >= 0 && specK <= 8)) {
 }
 if (specK > 0 && (!values.drain || frontCache > 0)) {
   console.error("live-replay: --speculate needs --drain (and no --front-cache)");
+  process.exit(2);
+}
+if (values.takeback && frontCache > 0) {
+  console.error("live-replay: --takeback is off with the front cache (it holds the frees instead)");
   process.exit(2);
 }
 let knobs;
@@ -228,6 +236,7 @@ async function rep() {
   const hist = [];
   let spec = null;
   let specHits = 0;
+  let takebacks = 0;
   const speculate = () => {
     spec = null;
     if (specK === 0 || queued > 0) return;
@@ -274,6 +283,19 @@ async function rep() {
           continue;
         }
       }
+      if (values.takeback) {
+        // FreeQueue::TakeBack: the newest of the last kTakeBackScan queued frees of this size and stream
+        let q = queued - 1;
+        while (q >= 0 && q >= queued - 32 && (queue[FREE_QUEUE_HEADER + 3 * q + 1] !== sz || queue[FREE_QUEUE_HEADER + 3 * q + 2] !== st)) q--;
+        if (q >= 0 && q >= queued - 32) {
+          const at = FREE_QUEUE_HEADER + 3 * q;
+          addrOf[slot[j]] = queue[at];
+          queue.copyWithin(at, at + 3, FREE_QUEUE_HEADER + 3 * queued);
+          queued--;
+          takebacks++;
+          continue;
+        }
+      }
       if (values.recall && held.length > 0) heldNextToFree();
       let p = held.length > 0 ? invoke(OP_ALLOC_CACHED, sz, device, st) : invoke(OP_ALLOC, sz, device, st);
       if (p === STATUS_NOT_CACHED) {
@@ -316,6 +338,7 @@ async function rep() {
     ...(frontCache > 0 ? { front_cache_hits: hits } : {}),
     ...(values.recall ? { front_cache_recalls: recalls } : {}),
     ...(specK > 0 ? { speculated_hits: specHits } : {}),
+    ...(values.takeback ? { takebacks } : {}),
     addresses_hash: (h >>> 0).toString(16),
     peak_reserved_bytes: st["reserved_bytes.all.peak"],
     reserved_bytes: st["reserved_bytes.all.current"],
@@ -354,6 +377,7 @@ console.log(
     front_cache_entries: frontCache,
     drain: values.drain,
     speculate: specK,
+    takeback: values.takeback,
     pairs: allocs,
     still_live_at_end: stillLive,
     reps,

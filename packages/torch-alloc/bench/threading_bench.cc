@@ -9,6 +9,9 @@
 //   pb_pair    pairs in the pattern of the in-PyTorch benchmark (python/gmlake_torch/pair_bench.cc:
 //              sizes 512 B << 0..17, the oldest of 64 replaced, stream 0), 1 thread, with
 //   pb_alloc, pb_free  its two halves timed apart (a free only queues: contract.h)
+//   hot_pair   a 1 MiB alloc and its free at once, again and again on stream 0 (Python's
+//              torch.empty(n) then del in a loop): with GMLAKE_TAKEBACK=1 every alloc after the
+//              first takes the queued free back (free_queue.h)
 //   js_pair    the same loop run inside the embedded Node (gmlake_bench_js_pairs): the
 //              JS engine's work alone, mean ns per pair
 //   capture_check  one cuStreamIsCapturing(legacy stream) in a loop, when libcuda.so.1 loads and
@@ -188,6 +191,25 @@ void PbPairs(int calls, std::vector<double>* pair, std::vector<double>* alloc, s
   for (int i = 0; i < 64; ++i) freeFn(window[i], windowSize[i], 0, nullptr);
 }
 
+// hot_pair: one size allocated and freed at once, stream 0, each pair timed.
+void HotPairs(int calls, std::vector<double>* pair) {
+  MakeCurrent();
+  pair->reserve(calls);
+  const size_t size = size_t(1) << 20;
+  for (int i = 0; i < calls + calls / 10; ++i) {
+    void* p = nullptr;
+    auto t0 = std::chrono::steady_clock::now();
+    int st = tryAlloc(size, 0, nullptr, &p);
+    freeFn(p, size, 0, nullptr);
+    auto t1 = std::chrono::steady_clock::now();
+    if (st != 0) {
+      std::fprintf(stderr, "alloc failed: %s\n", lastError());
+      std::exit(1);
+    }
+    if (i >= calls / 10) pair->push_back(Us(t0, t1));
+  }
+}
+
 // One cuStreamIsCapturing on the legacy stream (PyTorch's default), timed alone.
 std::vector<double> CaptureChecks(int calls) {
   MakeCurrent();
@@ -320,6 +342,8 @@ int main(int argc, char** argv) {
   Summary an = RunThreads(threads, [&](int id, std::vector<double>* v) { PairThread(id, calls, v); });
   std::vector<double> pbPair, pbAlloc, pbFree;
   PbPairs(calls, &pbPair, &pbAlloc, &pbFree);
+  std::vector<double> hotPair;
+  HotPairs(calls, &hotPair);
   double jsNs = jsPairs(calls, nullptr);
   if (jsNs < 0) {
     std::fprintf(stderr, "threading_bench: js_pair failed: %s\n", lastError());
@@ -332,10 +356,10 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "{\"threading\":\"%s\",\"policy\":\"%s\",\"driver\":\"%s\",\"capture_check_mode\":\"%s\",\"threads\":%d,\"calls\":%d,\"start_ms\":%.1f,"
-      "\"ping_1\":%s,\"ping_n\":%s,\"pair_1\":%s,\"pair_n\":%s,\"pb_pair\":%s,\"pb_alloc\":%s,\"pb_free\":%s,"
+      "\"ping_1\":%s,\"ping_n\":%s,\"pair_1\":%s,\"pair_n\":%s,\"pb_pair\":%s,\"pb_alloc\":%s,\"pb_free\":%s,\"hot_pair\":%s,"
       "\"js_pair\":{\"mean_us\":%.3f},\"capture_check\":%s}\n",
       argv[2], policy.c_str(), driver.c_str(), captureCheck.c_str(), threads, calls, startMs, Json(p1).c_str(), Json(pn).c_str(), Json(a1).c_str(),
       Json(an).c_str(), Json(Summarize(pbPair)).c_str(), Json(Summarize(pbAlloc)).c_str(), Json(Summarize(pbFree)).c_str(),
-      jsNs / 1000, capture.c_str());
+      Json(Summarize(hotPair)).c_str(), jsNs / 1000, capture.c_str());
   return 0;
 }

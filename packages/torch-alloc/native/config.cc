@@ -70,6 +70,13 @@ bool ReadEmbedConfig(int threading, EmbedConfig* out, std::string* err) {
     out->speculate = static_cast<int>(v);
     out->speculateAsked = true;
   }
+  if (const char* t = std::getenv("GMLAKE_TAKEBACK")) {
+    if (std::strcmp(t, "0") != 0 && std::strcmp(t, "1") != 0) {
+      *err = std::string("GMLAKE_TAKEBACK takes 0 (off) or 1 (an allocation takes back a queued free of its size and stream), not '") + t + "'";
+      return false;
+    }
+    out->takeBack = *t == '1';
+  }
   if (threading == kThreadingThread && !drainOff) {
     // the default with one JS thread: frees handed over 2 us after they are first seen, so that
     // in a hot loop the next alloc, which comes sooner, takes them itself in its own call

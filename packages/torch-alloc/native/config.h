@@ -20,6 +20,9 @@ struct EmbedConfig {
   // GMLAKE_SPECULATE=K (one JS thread only; 0: off); asked: set, so a start that cannot have it is refused, not quietly off
   int speculate = 0;
   bool speculateAsked = false;
+  // GMLAKE_TAKEBACK=1 (default 0): an alloc takes back a queued free of its size and stream
+  // (free_queue.h); off by default, as the engine would have placed some of those allocations elsewhere
+  bool takeBack = false;
   // GMLAKE_TIME_CALLS: =1 the embedding's parts too, =total the library's whole-call timer only
   bool timeParts = false;
   bool timeWhole = false;

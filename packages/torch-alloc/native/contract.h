@@ -28,13 +28,14 @@ enum GmlakeOp {
   kOpPoolLive = 17,     // (pool id first, second, address) -> 1 if a live block of it starts there; address 0: its live blocks
   kOpPoolCheckpoint = 18,      // (pool id first, second) -> a checkpoint of its blocks (getCheckpointState): its id > 0
   kOpPoolDropCheckpoint = 19,  // (checkpoint id) -> 1 if dropped, 0 if there was none
+  kOpFreeInPoolWindow = 20,    // (address, size, stream): kOpFree while a pool window is open (queued alike, never taken back)
 };
 
 // Frees need no answer, so gmlake_embed_call(kOpFree) only queues them (no isolate, a
 // mutex); the next call of any kind hands the queue to JS first, through a Float64Array
 // over this many slots: [0] frees queued, [1] of them failed (JS sets it), then
 // (address, size, stream) each. The engine sees every free before the call that follows it
-// (unless the front cache below holds it).
+// (unless the front cache below holds it, or an alloc took it back: GMLAKE_TAKEBACK).
 constexpr int kFreeQueueSlots = 256;
 
 // The front cache (frontCacheEntries, off by default): the last N frees are held here, not
@@ -56,8 +57,11 @@ enum GmlakeQueueSlot {
   kQueueSpeculations = 7,      // answers the JS thread foresaw (GMLAKE_SPECULATE)
   kQueueSpecHits = 8,          // allocations that took one
   kQueueSpecContext = 9,       // how many allocations the foresight looks back on (0: off)
+  kQueueTakebacks = 10,        // allocations that took a queued free back (GMLAKE_TAKEBACK): pairs the engine never saw
+  kQueueTakebackBytes = 11,
+  kQueueTakebackOn = 12,       // 1: the take-back is on
 };
-constexpr int kFreeQueueHeader = 10;
+constexpr int kFreeQueueHeader = 13;
 constexpr int kFreeQueueLength = kFreeQueueHeader + 3 * (kFreeQueueSlots + kFrontCacheMaxEntries);
 
 // Statuses below 0 returned by the operations.

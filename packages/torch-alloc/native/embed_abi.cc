@@ -1,6 +1,6 @@
 // libgmlake_embed.so's C entry points (embed.h), which libgmlake_torch_alloc.so finds with
-// dlsym: the routing of each call between the free queue, the front cache, the answers worked
-// out ahead and the one call into JS (embedding.h).
+// dlsym: the routing of each call between the free queue, the front cache, the take-back, the
+// answers worked out ahead and the one call into JS (embedding.h).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -25,16 +25,16 @@ extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
   }
   gmlake::FreeQueue& queue = g_embedding.queue();
   bool frontCache = queue.frontCacheEntries() != 0;
-  if (op == kOpFree && queue.on()) {
+  if ((op == kOpFree || op == kOpFreeInPoolWindow) && queue.on()) {
     // full: hand the queue over now, as any call would, then queue this free
-    while (!queue.Free(a, b, c, frontCache)) {
+    while (!queue.Free(a, b, c, frontCache, op == kOpFreeInPoolWindow)) {
       double r = g_embedding.Dispatch(kOpFlush, 0, 0, 0);
       if (r < 0) return r;
     }
     return 0;
   }
-  double foreseen;
-  if (op == kOpAlloc && queue.foresightContext() != 0 && queue.TakeForeseen(a, b, c, &foreseen)) return foreseen;
+  double served;  // a queued free taken back, or the answer worked out ahead
+  if (op == kOpAlloc && queue.servesAllocs() && queue.TakeAlloc(a, b, c, &served)) return served;
   if (frontCache) {
     if (op == kOpAlloc) return g_embedding.AllocFrontCached(a, b, c);
     if (op == kOpEmptyCache) {
@@ -42,8 +42,14 @@ extern "C" double gmlake_embed_call(int op, double a, double b, double c) {
     } else if (op == kOpRecordStream) {
       queue.RecordStream(a);
     }
+  } else if (op == kOpRecordStream && queue.takingBack()) {
+    queue.RecordStream(a);
   }
-  return g_embedding.Dispatch(op, a, b, c);
+  double r = g_embedding.Dispatch(op, a, b, c);
+  // the block the engine handed out, known before its caller has it (so its free may be taken
+  // back); registered by the caller, which frees it most often (no cache line of it to fetch then)
+  if (op == kOpAlloc && r >= 0 && queue.takingBack()) queue.Allocated(r, a, c);
+  return r;
 }
 
 /**
@@ -57,7 +63,7 @@ extern "C" char* gmlake_embed_text(int op, const char* arg) {
   if (!g_embedding.started()) return strdup("gmlake allocator: not started");
   std::string a = arg != nullptr ? arg : "";
   gmlake::FreeQueue& queue = g_embedding.queue();
-  // nothing is foreseen after close (the engine hands nothing out)
+  // nothing is foreseen or taken back after close (the engine hands nothing out)
   if (op == kTextClose) queue.StopForeseeing();
   // statistics count, snapshots show and close frees what the engine has: the held blocks too
   if (op != kTextFreeErrors && queue.frontCacheEntries() != 0) queue.GiveBackHeld(op == kTextClose);

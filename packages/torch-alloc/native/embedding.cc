@@ -75,6 +75,22 @@ bool Embedding::OnBridge(const NodeHost::Bridge& bridge, std::string* err) {
     learn_.reserve(4096);
     queue_.EnableForesight(context);
   }
+  // GMLAKE_TAKEBACK=1: an alloc takes back a queued free of its size and stream (FreeQueue::TakeAlloc).
+  if (config_.takeBack) {
+    if (!bridge.freeQueue || !bridge.sized) {
+      *err = "GMLAKE_TAKEBACK needs the bridge's free queue";
+      return false;
+    }
+    if (queue_.frontCacheEntries() != 0) {
+      *err = "GMLAKE_TAKEBACK and the front cache (frontCacheEntries) do not go together: the cache holds the frees the take-back would take";
+      return false;
+    }
+    if (bridge.records) {
+      *err = "GMLAKE_TAKEBACK needs record off: the pairs it takes back never reach the engine's history";
+      return false;
+    }
+    queue_.EnableTakeBack();
+  }
   return true;
 }
 

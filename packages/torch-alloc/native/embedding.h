@@ -5,7 +5,8 @@
 //   locker - the calling thread takes a v8::Locker, enters the isolate and calls;
 //   thread - a dedicated JS thread owns the isolate; a caller hands the request over
 //            (handoff.h) and waits for the answer.
-// Every call into JS first hands the queued frees over (free_queue.h). With one JS thread,
+// Every call into JS first hands the queued frees over (free_queue.h), unless an alloc took one
+// back (GMLAKE_TAKEBACK) with no call at all. With one JS thread,
 // while it waits it hands over frees queued for GMLAKE_DRAIN_US, and once idle it foresees the
 // next allocation (foresight.h, GMLAKE_SPECULATE) and asks the engine where it would land.
 #pragma once

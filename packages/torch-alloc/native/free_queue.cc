@@ -1,8 +1,10 @@
-// The free queue, the front cache and the answers callers take (free_queue.h).
+// The free queue, the front cache, the take-back and the answers callers take (free_queue.h).
 #include "free_queue.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 
 namespace gmlake {
 
@@ -22,6 +24,12 @@ void FreeQueue::EnableForesight(int context) {
   reqLog_.reserve(4096);
 }
 
+void FreeQueue::EnableTakeBack() {
+  takeable_.reserve(kFreeQueueSlots);
+  live_.reserve(16384);
+  takeBack_.store(true);
+}
+
 void FreeQueue::QueueLocked(double address, double size, double stream) {
   queue_.push_back(address);
   queue_.push_back(size);
@@ -29,26 +37,92 @@ void FreeQueue::QueueLocked(double address, double size, double stream) {
   if (mirror_) pending_.store(static_cast<uint32_t>(queue_.size() / 3), std::memory_order_relaxed);
 }
 
-bool FreeQueue::Free(double address, double size, double stream, bool frontCache) {
+bool FreeQueue::Free(double address, double size, double stream, bool frontCache, bool inPoolWindow) {
   std::lock_guard<std::mutex> lock(mutex_);
   // room for one more entry (this free, or the held block it pushes out)
   if (queue_.size() >= 3 * static_cast<size_t>(kFreeQueueSlots)) return false;
   if (frontCache) {
     HoldOrQueueLocked(address, size, stream);
+  } else if (takeBack_.load(std::memory_order_relaxed)) {
+    QueueTakeableLocked(address, size, stream, inPoolWindow);
   } else {
     QueueLocked(address, size, stream);
   }
   return true;
 }
 
-bool FreeQueue::TakeForeseen(double size, double device, double stream, double* address) {
+// A free with the take-back on: queued, and takeable when it is of a block the engine handed
+// out with this size and stream, freed once, never used on another stream, outside pool windows.
+void FreeQueue::QueueTakeableLocked(double address, double size, double stream, bool inPoolWindow) {
+  auto it = live_.find(Key(address));
+  if (it != live_.end() && QueuedTakeable(it->second)) {
+    // a second free while the first is queued: both go to the engine, which says so, as without the take-back
+    DropTakeableLocked(&it->second);
+  }
+  if (it == live_.end() || it->second.held || it->second.recorded || it->second.size != size ||
+      it->second.stream != stream || inPoolWindow) {
+    // the engine's from now on (an address it did not hand out is an error there)
+    if (it != live_.end()) live_.erase(it);
+    QueueLocked(address, size, stream);
+    return;
+  }
+  it->second.held = true;
+  it->second.gen = takeGen_;
+  takeable_.push_back({size, stream, &it->second, queue_.size() / 3});
+  QueueLocked(address, size, stream);
+}
+
+// The newest of the last kTakeBackScan takeable frees of this size and stream, out of the
+// queue (LIFO, as PyTorch's allocator reuses the block just freed): its address, or 0.
+double FreeQueue::TakeBackLocked(double size, double device, double stream) {
+  if (takeable_.empty() || device != device_) return 0;
+  size_t n = takeable_.size();
+  size_t low = n > kTakeBackScan ? n - kTakeBackScan : 0;
+  for (size_t i = n; i-- > low;) {
+    const Takeable& t = takeable_[i];
+    if (t.size != size || t.stream != stream) continue;
+    auto at = queue_.begin() + static_cast<std::ptrdiff_t>(3 * t.entry);
+    double address = *at;
+    t.block->held = false;  // live again, in the engine's books all along
+    queue_.erase(at, at + 3);
+    for (size_t j = i + 1; j < n; j++) takeable_[j].entry--;
+    takeable_.erase(takeable_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (mirror_) pending_.store(static_cast<uint32_t>(queue_.size() / 3), std::memory_order_relaxed);
+    takebacks_ += 1;
+    takebackBytes_ += size;
+    return address;
+  }
+  return 0;
+}
+
+// `block`'s free is no longer takeable (it stays queued for the engine).
+void FreeQueue::DropTakeableLocked(const LiveBlock* block) {
+  for (size_t i = takeable_.size(); i-- > 0;) {
+    if (takeable_[i].block == block) {
+      takeable_.erase(takeable_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+}
+
+bool FreeQueue::TakeAlloc(double size, double device, double stream, double* address) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (reqLog_.size() >= 4096) reqLog_.clear();  // the JS thread slept through them: start learning again
-  reqLog_.push_back({size, stream});
+  if (specContext_.load(std::memory_order_relaxed) != 0) {
+    if (reqLog_.size() >= 4096) reqLog_.clear();  // the JS thread slept through them: start learning again
+    reqLog_.push_back({size, stream});            // a pair taken back too: the foresight learns the real sequence
+  }
+  if (takeBack_.load(std::memory_order_relaxed)) {
+    double taken = TakeBackLocked(size, device, stream);
+    if (taken != 0) {
+      *address = taken;
+      return true;
+    }
+  }
   if (spec_.valid && size > 0 && spec_.size == size && spec_.stream == stream && device == device_ && queue_.empty()) {
     spec_.valid = false;
     specHits_ += 1;
     QueueLocked(spec_.addr, -size, stream);
+    if (takeBack_.load(std::memory_order_relaxed)) AllocatedLocked(spec_.addr, size, stream);
     *address = spec_.addr;
     return true;
   }
@@ -76,6 +150,10 @@ void FreeQueue::StopForeseeing() {
   std::lock_guard<std::mutex> lock(mutex_);
   specContext_.store(0);
   spec_.valid = false;
+  // the queued frees stay queued, for the engine (close frees every block it has)
+  takeBack_.store(false);
+  takeable_.clear();
+  if (frontCacheEntries_.load() == 0) live_.clear();
 }
 
 // A free with the cache on: held (the oldest held block queued when over the size), or queued.
@@ -129,13 +207,33 @@ double FreeQueue::TakeHeld(double size, double device, double stream, bool* hold
 
 void FreeQueue::Allocated(double address, double size, double stream) {
   std::lock_guard<std::mutex> lock(mutex_);
-  live_[Key(address)] = {size, stream, false, false};
+  AllocatedLocked(address, size, stream);
+}
+
+void FreeQueue::AllocatedLocked(double address, double size, double stream) {
+  bool takeBack = takeBack_.load(std::memory_order_relaxed);
+  if (takeBack && live_.size() >= sweepAt_) {
+    // the entries of frees the engine took (left by the hand-overs) go; the queued ones stay
+    for (auto it = live_.begin(); it != live_.end();) it = it->second.held && !QueuedTakeable(it->second) ? live_.erase(it) : std::next(it);
+    sweepAt_ = std::max(sweepAt_, 2 * live_.size());
+  }
+  LiveBlock& b = live_[Key(address)];
+  // its free still queued (a caller's second free of it?): handed out by the engine again, that
+  // free is the engine's to judge, never to be taken back
+  if (takeBack && QueuedTakeable(b)) DropTakeableLocked(&b);
+  b = {size, stream, false, false, 0};
 }
 
 void FreeQueue::RecordStream(double address) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(Key(address));
-  if (it != live_.end()) it->second.recorded = true;
+  if (it == live_.end()) return;
+  it->second.recorded = true;
+  // record_stream after its free (queued): the engine says so, as without the take-back
+  if (takeBack_.load(std::memory_order_relaxed) && QueuedTakeable(it->second)) {
+    DropTakeableLocked(&it->second);
+    live_.erase(it);
+  }
 }
 
 void FreeQueue::HandOver(bool draining) {
@@ -150,6 +248,19 @@ void FreeQueue::HandOver(bool draining) {
     drains_ += 1;
     for (size_t i = 1; i < take; i += 3) drainedFrees_ += queue_[i] >= 0 ? 1 : 0;  // not the foreseen allocations
   }
+  if (!takeable_.empty()) {
+    // the engine takes these frees now: their blocks are no longer ours to hand back (their
+    // entries stay, held from an older generation, until the block is handed out again or a sweep)
+    takeGen_++;
+    size_t handed = take / 3, kept = 0;
+    for (const Takeable& t : takeable_) {
+      if (t.entry >= handed) {  // only if the queue held more than the slots take (not with the take-back, whose queue they take whole)
+        t.block->gen = takeGen_;
+        takeable_[kept++] = {t.size, t.stream, t.block, t.entry - handed};
+      }
+    }
+    takeable_.resize(kept);
+  }
   slots_[kQueueFrontCacheHits] = frontCacheHits_;
   slots_[kQueueFrontCacheHitBytes] = frontCacheHitBytes_;
   slots_[kQueueFrontCachePasses] = frontCachePasses_;
@@ -158,6 +269,9 @@ void FreeQueue::HandOver(bool draining) {
   slots_[kQueueSpeculations] = speculations_;
   slots_[kQueueSpecHits] = specHits_;
   slots_[kQueueSpecContext] = specContext_.load(std::memory_order_relaxed);
+  slots_[kQueueTakebacks] = takebacks_;
+  slots_[kQueueTakebackBytes] = takebackBytes_;
+  slots_[kQueueTakebackOn] = takeBack_.load(std::memory_order_relaxed) ? 1 : 0;
   if (n == 0) return;
   std::memcpy(slots_ + kFreeQueueHeader, queue_.data(), take * sizeof(double));
   slots_[kQueueFrees] = static_cast<double>(take / 3);

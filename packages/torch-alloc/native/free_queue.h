@@ -6,7 +6,9 @@
 // Frees need no answer, so they are queued (a mutex, no isolate) and handed to JS with the
 // next call of any kind: one isolate entry per alloc+free pair, not two. With the front cache
 // on, the last frees are held here instead and an alloc of the same size on the same stream
-// takes one back without entering JS at all (README "Front cache").
+// takes one back without entering JS at all (README "Front cache"). With the take-back on
+// (GMLAKE_TAKEBACK), an alloc takes back a free still queued, of a block the engine handed out
+// with that size and stream: the engine never sees the pair, and its books already hold it.
 #pragma once
 
 #include <atomic>
@@ -34,6 +36,8 @@ class FreeQueue {
   void EnableFrontCache(size_t entries);
   // Answers worked out ahead looking back on `context` allocations (0: off).
   void EnableForesight(int context);
+  // GMLAKE_TAKEBACK: an alloc takes back a queued free of its size and stream (not with the front cache).
+  void EnableTakeBack();
 
   bool on() const { return on_; }
   double device() const { return device_; }
@@ -41,27 +45,42 @@ class FreeQueue {
   static constexpr size_t kSlotCount = kFreeQueueLength;
   size_t frontCacheEntries() const { return frontCacheEntries_.load(std::memory_order_relaxed); }
   int foresightContext() const { return specContext_.load(std::memory_order_relaxed); }
+  bool takingBack() const { return takeBack_.load(std::memory_order_relaxed); }
+  // The blocks it knows (test/free_queue_test.cc: the entries of frees the engine took are swept).
+  size_t liveEntries() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return live_.size();
+  }
+  // An alloc may be served here (TakeAlloc): answers worked out ahead, or the take-back.
+  bool servesAllocs() const { return foresightContext() != 0 || takingBack(); }
 
   // ---- any calling thread ----
   // A free: queued, or held with the cache on. False: the queue is full (hand it over, then again).
-  bool Free(double address, double size, double stream, bool frontCache);
-  // An alloc, logged for the JS thread to learn from: true and *address when it matches the
-  // answer worked out ahead and nothing happened since the peek (no free queued, no call into
-  // JS); the allocation is then queued for the engine to make, at that address, before
-  // anything after it (a negative size: never a size of 0, whose negative, -0, could not mark it).
-  bool TakeForeseen(double size, double device, double stream, double* address);
+  // `inPoolWindow` (kOpFreeInPoolWindow): a pool window is open, so it is never taken back.
+  bool Free(double address, double size, double stream, bool frontCache, bool inPoolWindow = false);
+  // An alloc, logged for the JS thread to learn from (answers worked out ahead on): true and
+  // *address when
+  // - the take-back is on and a queued free matches (TakeBackLocked): the newest of the last
+  //   kTakeBackScan of a block of this size and stream, taken out of the queue; or
+  // - it matches the answer worked out ahead and nothing happened since the peek (no free
+  //   queued, no call into JS: a pair taken back leaves the engine and the queue as they were);
+  //   the allocation is then queued for the engine to make, at that address, before anything
+  //   after it (a negative size: never a size of 0, whose negative, -0, could not mark it).
+  bool TakeAlloc(double size, double device, double stream, double* address);
   // An alloc with the cache on: the newest held block of this size and stream, or 0 (none);
   // *holding: blocks are held (then the engine serves from what it holds, kOpAllocCached).
   double TakeHeld(double size, double device, double stream, bool* holding);
-  // The engine handed `address` out (the cache on): only such a block is held when freed.
+  // The engine handed `address` out (the cache or the take-back on): only such a block is held
+  // or taken back when freed.
   void Allocated(double address, double size, double stream);
-  // record_stream on `address` (the cache on): its free waits on events, so it is never held.
+  // record_stream on `address` (the cache or the take-back on): its free waits on events, so it
+  // is never held or taken back.
   void RecordStream(double address);
   // Every held block to the queue, so the engine sees it at the next call: before it would
   // grow, before empty_cache and before statistics, snapshots and close. `closing`: after
   // close the engine hands nothing out, so nothing is held again.
   void GiveBackHeld(bool closing = false);
-  // Close: nothing is foreseen after it (the engine hands nothing out).
+  // Close: nothing is foreseen or taken back after it (the engine hands nothing out).
   void StopForeseeing();
 
   // ---- whoever holds the isolate ----
@@ -84,15 +103,26 @@ class FreeQueue {
   // A held block stays allocated in the engine's books; `live_` knows every block the engine
   // handed out (its size and stream at the alloc), so that only a block of ours, freed once,
   // with its own size and stream and no other stream's use (record_stream: its free waits
-  // on events), is ever handed out again.
+  // on events), is ever handed out again. A queued free that may be taken back likewise.
   struct Held {
     double addr, size, stream;
   };
   struct LiveBlock {
     double size, stream;
-    bool held;      // in held_ now
+    // the front cache: in held_ now; the take-back: freed, its free in takeable_ while gen is
+    // takeGen_ (a hand-over only bumps takeGen_: the JS thread never touches a caller's entry)
+    bool held;
     bool recorded;  // record_stream was called on it
+    uint32_t gen;
   };
+  // A queued free that an alloc may take back: its entry in queue_ (entries of 3), oldest first.
+  struct Takeable {
+    double size, stream;
+    LiveBlock* block;  // live_'s (an unordered_map's elements stay put when it rehashes)
+    size_t entry;
+  };
+  // How many of the newest takeable frees an alloc looks at: a short scan under the mutex.
+  static constexpr size_t kTakeBackScan = 32;
   struct Spec {
     bool valid;
     double size, stream, addr;
@@ -102,6 +132,11 @@ class FreeQueue {
   void GiveBackHeldLocked();
   void HoldOrQueueLocked(double address, double size, double stream);
   double TakeHeldLocked(double size, double device, double stream);
+  void QueueTakeableLocked(double address, double size, double stream, bool inPoolWindow);
+  double TakeBackLocked(double size, double device, double stream);
+  void DropTakeableLocked(const LiveBlock* block);
+  void AllocatedLocked(double address, double size, double stream);
+  bool QueuedTakeable(const LiveBlock& b) const { return b.held && b.gen == takeGen_; }
 
   // The mutex on a line of its own: with answers worked out ahead every caller takes it on every
   // allocation, so nothing else hot may share its line (BENCHMARKS.md "Per-call cost in a hot loop (run 35)").
@@ -112,6 +147,10 @@ class FreeQueue {
   std::unordered_map<uint64_t, LiveBlock> live_;
   double frontCacheHits_ = 0, frontCacheHitBytes_ = 0, frontCachePasses_ = 0;
   double drains_ = 0, drainedFrees_ = 0;  // the JS thread's hand-overs while it waited, their frees
+  std::vector<Takeable> takeable_;
+  uint32_t takeGen_ = 0;      // bumped by each hand-over of takeable frees
+  size_t sweepAt_ = 1 << 16;  // live_'s size at which entries of frees the engine took are dropped
+  double takebacks_ = 0, takebackBytes_ = 0;
   Spec spec_{false, 0, 0, 0};
   std::vector<Req> reqLog_;  // every alloc, in the order callers took the mutex, for the JS thread to learn from
   double speculations_ = 0, specHits_ = 0;
@@ -120,6 +159,7 @@ class FreeQueue {
   // Set at start, read by every call without the mutex.
   alignas(64) std::atomic<size_t> frontCacheEntries_{0};  // the bridge's frontCacheEntries (0: off)
   std::atomic<int> specContext_{0};                        // GMLAKE_SPECULATE's K (0: off)
+  std::atomic<bool> takeBack_{false};                      // GMLAKE_TAKEBACK (off at close)
   bool on_ = false;      // the bridge took the slots (attachFreeQueue)
   bool mirror_ = false;  // GMLAKE_DRAIN_US on: pending_ kept
   double device_ = 0;

@@ -209,6 +209,8 @@ bool NodeHost::Start(const std::string& boot, const std::string& config, const s
     Local<Value> byDefault;
     offer.speculatesByDefault = bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(isolate, "speculatesByDefault")).ToLocal(&byDefault) &&
                                 byDefault->IsTrue();
+    Local<Value> records;
+    offer.records = bridge.As<Object>()->Get(ctx, String::NewFromUtf8Literal(isolate, "records")).ToLocal(&records) && records->IsTrue();
   }
   if (!onBridge(offer, err)) return false;
   Local<Value> attachCall, slotCall;

@@ -23,6 +23,7 @@ class NodeHost {
     double frontCacheEntries = 0, device = 0;
     bool peeks = false;                // the policy has peekCached
     bool speculatesByDefault = false;  // and is a built-in one (bridge.ts speculatesByDefault)
+    bool records = false;              // the engine keeps its history (record): every call must reach it
   };
   // Called once the bridge took the free queue, before the call slots are attached: false
   // (with err) refuses the start.

@@ -65,7 +65,9 @@ struct CallTimer {
 }  // namespace
 
 void FreeNow(void* ptr, size_t size, void* stream) {
-  double r = g_call(kOpFree, static_cast<double>(reinterpret_cast<uintptr_t>(ptr)), static_cast<double>(size),
+  // while a pool window is open the free is the engine's to judge by its pool rules: never taken back
+  int op = g_poolWindows.load(std::memory_order_acquire) != 0 ? kOpFreeInPoolWindow : kOpFree;
+  double r = g_call(op, static_cast<double>(reinterpret_cast<uintptr_t>(ptr)), static_cast<double>(size),
                     static_cast<double>(reinterpret_cast<uintptr_t>(stream)));
   if (r < 0) {
     // free cannot fail towards PyTorch; say so loudly and go on (the block stays the engine's).

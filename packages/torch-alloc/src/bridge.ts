@@ -18,6 +18,7 @@ import {
   OP_ALLOC,
   OP_ALLOC_CACHED,
   OP_FREE,
+  OP_FREE_IN_POOL_WINDOW,
   OP_RECORD_STREAM,
   OP_EMPTY_CACHE,
   OP_PING,
@@ -89,6 +90,8 @@ export interface Bridge {
    * that its malloc then contradicts stops the process, so it is the user's choice.
    */
   readonly speculatesByDefault: boolean;
+  /** The engine keeps its history (record): the native take-back (GMLAKE_TAKEBACK) is refused, as its pairs would never reach it. */
+  readonly records: boolean;
 }
 
 export async function createBridge(config: BridgeConfig): Promise<Bridge> {
@@ -140,6 +143,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
     device,
     peeks: live.allocator.peeks,
     speculatesByDefault: live.allocator.peeks && (BUILTIN_POLICIES as readonly Policy[]).includes(live.policy),
+    records: live.recording,
     attachFreeQueue(slots) {
       if (!(slots instanceof Float64Array) || slots.length !== FREE_QUEUE_LENGTH) {
         throw new TypeError(`attachFreeQueue: expected a Float64Array of ${FREE_QUEUE_LENGTH} slots`);
@@ -167,6 +171,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
           case OP_PEEK:
             return b === device ? (live.peek(a, c) ?? STATUS_NOT_CACHED) : STATUS_NOT_CACHED;
           case OP_FREE:
+          case OP_FREE_IN_POOL_WINDOW:
             live.free(a);
             return 0;
           case OP_RECORD_STREAM:

@@ -35,6 +35,9 @@ import {
   QUEUE_SPEC_CONTEXT,
   QUEUE_SPEC_HITS,
   QUEUE_SPECULATIONS,
+  QUEUE_TAKEBACK_BYTES,
+  QUEUE_TAKEBACK_ON,
+  QUEUE_TAKEBACKS,
 } from "./ops.js";
 import { PoolError, PrivatePools, STATUS_CAPTURE } from "./private-pools.js";
 
@@ -216,8 +219,8 @@ export class LiveAllocator {
   /** The recorded history's bound (null without recording). */
   readonly history: BoundedHistory | null;
 
-  /** Time stamps go only into the recorded history: without one, no clock is read (a third of a call's cost). */
-  private readonly recording: boolean;
+  /** The engine keeps its history (record); time stamps go only there: without one, no clock is read (a third of a call's cost). */
+  readonly recording: boolean;
   private readonly timeOrigin = performance.timeOrigin;
 
   private stamp(): void {
@@ -416,6 +419,10 @@ export class LiveAllocator {
       num_speculation_hits: this.nativeCounts?.[QUEUE_SPEC_HITS] ?? 0,
       // how many allocations the foresight looks back on (GMLAKE_SPECULATE; 0: off)
       speculate: this.nativeCounts?.[QUEUE_SPEC_CONTEXT] ?? 0,
+      // GMLAKE_TAKEBACK: allocations that took a queued free back, alloc+free pairs of equal size the engine never saw (calls leaves them out)
+      queue_takeback: this.nativeCounts?.[QUEUE_TAKEBACK_ON] === 1,
+      num_queue_takebacks: this.nativeCounts?.[QUEUE_TAKEBACKS] ?? 0,
+      queue_takeback_bytes: this.nativeCounts?.[QUEUE_TAKEBACK_BYTES] ?? 0,
       calls: { ...this.counts },
       driver_calls: d.calls,
       driver_time_us: d.timeUs,

@@ -34,6 +34,8 @@ export const OP_POOL_LIVE = 17;
 export const OP_POOL_CHECKPOINT = 18;
 /** (checkpoint id) -> 1 when it was dropped (its AllocatorState destroyed), 0 when there was none. */
 export const OP_POOL_DROP_CHECKPOINT = 19;
+/** (address, size, stream): OP_FREE while a pool window is open; queued alike, never taken back (GMLAKE_TAKEBACK). */
+export const OP_FREE_IN_POOL_WINDOW = 20;
 export const STATUS_OOM = -1;
 export const STATUS_ERROR = -2;
 /** OP_ALLOC_CACHED: the policy cannot serve it without growing; the front cache gives its blocks back and asks OP_ALLOC. */
@@ -57,7 +59,7 @@ export const FRONT_CACHE_MAX_ENTRIES = 256;
  * The free queue's header, its slots QUEUE_* below. An entry with a negative size is an
  * allocation a caller took from a foreseen answer: the engine makes it, at that address.
  */
-export const FREE_QUEUE_HEADER = 10;
+export const FREE_QUEUE_HEADER = 13;
 /** The header's slots by name (contract.h GmlakeQueueSlot). */
 export const QUEUE_FREES = 0;
 export const QUEUE_FREE_ERRORS = 1;
@@ -69,5 +71,10 @@ export const QUEUE_DRAINED_FREES = 6;
 export const QUEUE_SPECULATIONS = 7;
 export const QUEUE_SPEC_HITS = 8;
 export const QUEUE_SPEC_CONTEXT = 9;
+/** Allocations that took a queued free back (GMLAKE_TAKEBACK): alloc+free pairs the engine never saw. */
+export const QUEUE_TAKEBACKS = 10;
+export const QUEUE_TAKEBACK_BYTES = 11;
+/** 1: the take-back is on. */
+export const QUEUE_TAKEBACK_ON = 12;
 /** The free queue's Float64Array: the header, then (address, size, stream) for the queue and a whole front cache given back. */
 export const FREE_QUEUE_LENGTH = FREE_QUEUE_HEADER + 3 * (FREE_QUEUE_SLOTS + FRONT_CACHE_MAX_ENTRIES);

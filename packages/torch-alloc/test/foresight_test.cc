@@ -14,19 +14,15 @@
 #include <vector>
 
 #include "../native/foresight.h"
+#include "check.h"
 
 namespace {
 
 using gmlake::Foresight;
 using gmlake::PeekThrottle;
 using gmlake::Req;
-
-int g_failed = 0;
-
-void Check(bool ok, const std::string& what) {
-  std::printf("%s %s\n", ok ? "ok" : "FAIL", what.c_str());
-  if (!ok) g_failed++;
-}
+using gmlake_check::Check;
+using gmlake_check::g_failed;
 
 Req R(double size, double stream = 0) { return {size, stream}; }
 

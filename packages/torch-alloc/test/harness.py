@@ -51,6 +51,21 @@ crash is then a failed case, not a lost run):
   threading-auto               the default design: a Locker per call on one CPU, one JS thread
                                with enough CPUs (stats() says which); a bad name refused
   stress:vms-no-drain:thread   the stress with GMLAKE_DRAIN_US=off (frees wait for the next call)
+  free-queue                   the free queue's take-back on its own (test/free_queue_test.cc, no Node)
+  takeback:<threading>         GMLAKE_TAKEBACK=1 through the C ABI: a hot loop of alloc+free pairs of
+                               one size takes the queued free back (every one after the first with a
+                               Locker per call), never one of another size or stream or record_stream'd;
+                               the engine's books stay exact (live blocks, requested and allocated bytes,
+                               memory_stats' allocation counts) through empty_cache and stats
+  takeback-pool-window         a free while a pool window PyTorch opened (the hook) is open is never
+                               taken back; after the window it is again (test/takeback_check.cc)
+  stress:vms-takeback:<threading>, takeback-fuzz, takeback-fuzz:thread, bad-free:takeback,
+  pools:vms:takeback, pool-capture-frees:takeback
+                               those cases with GMLAKE_TAKEBACK=1 (every stress checks the take-back
+                               off unless asked, and the engine's allocs plus the take-backs equal
+                               the allocations made)
+  takeback-env, takeback-front-cache, takeback-record
+                               GMLAKE_TAKEBACK refused at start with the reason
   stress:vms-speculate:thread  the stress with GMLAKE_SPECULATE=6 and sizes that repeat in order:
                                allocations take answers worked out ahead, every block checked
                                (every stress checks stats()'s speculate: 6 with one JS thread
@@ -357,6 +372,13 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
         return f"front cache: {stats['num_front_cache_passes']} frees passed to the engine, {counts['recorded_frees']} of record_stream'd blocks"
     if not front_cache_entries and hits != 0:
         return f"{hits} front-cache hits with the cache off"
+    # GMLAKE_TAKEBACK=1: some allocations took a queued free back; every allocation is the engine's or one of those
+    takeback = os.environ.get("GMLAKE_TAKEBACK") == "1"
+    takebacks = stats["num_queue_takebacks"]
+    if stats["queue_takeback"] != takeback or (takeback and takebacks == 0) or (not takeback and takebacks != 0):
+        return f"GMLAKE_TAKEBACK={os.environ.get('GMLAKE_TAKEBACK')}: stats() says queue_takeback={stats['queue_takeback']}, {takebacks} taken back"
+    if not front_cache_entries and capacity_bytes is None and stats["calls"]["allocs"] + takebacks != counts["allocs"]:
+        return f"{stats['calls']['allocs']} engine allocs and {takebacks} taken back for {counts['allocs']} allocs"
     # one JS thread hands queued frees over while it waits (unless GMLAKE_DRAIN_US=off); a Locker per call never
     drains = threading_design == "thread" and os.environ.get("GMLAKE_DRAIN_US") != "off"
     if drains and not (stats["num_free_drains"] > 0 and stats["num_drained_frees"] > 0):
@@ -385,12 +407,12 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
         return f"leaked at close: {closed}"
     ops = counts["allocs"] + counts["frees"]
     label = (f"stress:{policy}:{threading_design}" + (f" {knobs}" if knobs else "") + (f" front_cache_entries={front_cache_entries}" if front_cache_entries else "") + (f" capacity={capacity_bytes}" if capacity_bytes else "")
-             + ("" if drains or threading_design != "thread" else " GMLAKE_DRAIN_US=off"))
+             + ("" if drains or threading_design != "thread" else " GMLAKE_DRAIN_US=off") + (" GMLAKE_TAKEBACK=1" if takeback else ""))
     print(json.dumps({"case": label, "start_ms": round(start_ms, 1), "threads": threads,
                       **counts, "front_cache_hits": hits, "ops_per_s": round(ops / wall), "peak_reserved": stats["reserved_bytes.all.peak"],
                       "syncs": stats["num_sync_all_streams"], "deferred_frees": stats["num_deferred_frees"],
                       "cross_stream_reuses": stats["num_cross_stream_reuses"], "drained_frees": stats["num_drained_frees"],
-                      "speculation_hits": stats["num_speculation_hits"]}))
+                      "speculation_hits": stats["num_speculation_hits"], **({"takebacks": takebacks} if takeback else {})}))
     return None
 
 
@@ -703,15 +725,18 @@ def front_cache_hostile():
     return None
 
 
-def hostile_mix(ops=20000, seed=11, speculate=False):
+def hostile_mix(ops=20000, seed=11, speculate=False, takeback=False):
     """The front cache (or, speculate, answers worked out ahead) under a random mix of good and bad calls: allocs of a step's sizes on two
     streams, frees, record_stream, empty_cache and stats, and among them second frees of freed
     blocks, frees of addresses never handed out and frees with another size. No address is ever
     handed out while live or if it was never ours, every block keeps its pattern, and at the
     end nothing is live or leaked. speculate: the same mix with no front cache on one JS
     thread, whose answers worked out ahead are on by default (most allocations take a step's
-    sizes in order, with a kernel launch's gap now and then, so that some take one)."""
-    if speculate:
+    sizes in order, with a kernel launch's gap now and then, so that some take one). takeback
+    (GMLAKE_TAKEBACK=1, no front cache): the hits are the queued frees taken back."""
+    if takeback and not speculate:
+        native = gmlake_torch.start("vms", driver="host", threading="locker", check_invariants=256)
+    elif speculate:
         native = gmlake_torch.start("vms", driver="host", threading="thread", check_invariants=256)
     else:
         native = gmlake_torch.start("vms", driver="host", front_cache_entries=16, check_invariants=256)
@@ -797,15 +822,20 @@ def hostile_mix(ops=20000, seed=11, speculate=False):
     s = gmlake_torch.stats()
     if s["live_blocks"] != 0 or s["allocated_bytes.all.current"] != 0:
         return f"after every free: {s['live_blocks']} blocks live ({s['allocated_bytes.all.current']} bytes)"
-    hits = s["num_speculation_hits"] if speculate else s["num_front_cache_hits"]
+    hits = s["num_queue_takebacks"] if takeback else s["num_speculation_hits"] if speculate else s["num_front_cache_hits"]
     if speculate and s["speculate"] != expected_speculate("thread", True):
         return f"one JS thread and vms: stats() speculate {s['speculate']}, expected {expected_speculate('thread', True)}"
-    if hits < counts["allocs"] // (20 if speculate else 10):
-        return f"only {hits} hits in {counts['allocs']} allocs: the mix did not reach the {'answers worked out ahead' if speculate else 'cache'}"
+    if takeback and speculate and s["num_speculation_hits"] == 0:
+        return "no answer worked out ahead taken beside the take-back"
+    # (with answers worked out ahead most sizes come in a step's order, rarely the size just freed)
+    if hits < counts["allocs"] // (100 if speculate and takeback else 20 if speculate or takeback else 10):
+        what = "take-back" if takeback else "answers worked out ahead" if speculate else "cache"
+        return f"only {hits} hits in {counts['allocs']} allocs: the mix did not reach the {what}"
     leaks = gmlake_torch.close()["leaks"]
     if leaks != {"reservations": 0, "mappings": 0, "liveBytes": 0, "events": 0}:
         return f"leaked {leaks}"
-    print(json.dumps({"case": "speculate-fuzz" if speculate else "front-cache-fuzz", **counts, "hits": hits,
+    name = ("takeback-fuzz" + (":thread" if speculate else "")) if takeback else "speculate-fuzz" if speculate else "front-cache-fuzz"
+    print(json.dumps({"case": name, **counts, "hits": hits,
                       "frees_passed_on": s["num_front_cache_passes"], "stderr_lines": len(said.splitlines())}))
     return None
 
@@ -1294,6 +1324,67 @@ def pool_checkpoint():
     print(json.dumps({"case": "pool-checkpoint", "freed": len(freed), "allocated": len(allocated)}))
 
 
+def takeback(threading_design, pairs=3000):
+    """GMLAKE_TAKEBACK=1 through the C ABI (gmlake_try_alloc, gmlake_free): an alloc right after
+    the free of a block of its size and stream takes that free back without the engine; the
+    engine's books stay exact."""
+    from gmlake_torch.memory_api import torch_stats
+
+    native = gmlake_torch.start("vms", driver="host", threading=threading_design, check_invariants=256)
+    keep = {checked_alloc(native, n, 100 + i): n for i, n in enumerate((512, 3 * MiB, 12 * MiB + 4096))}  # live throughout
+    before = gmlake_torch.stats()
+    assert before["queue_takeback"] is True and before["num_queue_takebacks"] == 0, before["queue_takeback"]
+    made = len(keep)
+    seen = set()
+    for i in range(pairs):  # torch.empty(n) then del, again and again
+        a = checked_alloc(native, MiB, i + 1)
+        seen.add(a)
+        expect_intact(a, MiB, i + 1, "a block taken back")
+        native.free(a, MiB)
+        made += 1
+    s = gmlake_torch.stats()
+    n = s["num_queue_takebacks"]
+    # with a Locker per call nothing runs between a free and the next alloc; one JS thread may hand a free over first (GMLAKE_DRAIN_US)
+    expected = pairs - 1 if threading_design == "locker" else None
+    assert (n == expected) if expected is not None else 0 < n < pairs, f"{n} of {pairs} pairs taken back ({threading_design})"
+    assert s["queue_takeback_bytes"] == n * MiB and s["calls"]["allocs"] + n == made, (s["queue_takeback_bytes"], s["calls"], made)
+    if threading_design == "locker":
+        assert len(seen) == 1, f"the hot loop got {len(seen)} addresses: not the block just freed"
+    # never another size, stream or a block used on another stream
+    b = checked_alloc(native, 2 * MiB, 7)
+    native.free(b, 2 * MiB)
+    other = [checked_alloc(native, 2 * MiB + 512, 8)]  # another size
+    native.free(other.pop(), 2 * MiB + 512)
+    c = checked_alloc(native, 4 * MiB, 9, stream=STREAMS[0])
+    native.free(c, 4 * MiB, STREAMS[0])
+    other.append(checked_alloc(native, 4 * MiB, 10, stream=STREAMS[1]))  # another stream
+    r = checked_alloc(native, 6 * MiB, 11)
+    native.record_stream(r, STREAMS[1])
+    native.free(r, 6 * MiB)
+    other.append(checked_alloc(native, 6 * MiB, 12))  # used on another stream: its free waits on events
+    made += 6
+    s2 = gmlake_torch.stats()
+    assert s2["num_queue_takebacks"] == n, f"taken back across size, stream or record_stream: {s2['num_queue_takebacks'] - n}"
+    native.free(other[0], 4 * MiB, STREAMS[1])
+    native.free(other[1], 6 * MiB)
+    # the books: the blocks kept, exactly, through empty_cache and stats (the queue handed over first)
+    native.empty_cache()
+    s3 = gmlake_torch.stats()
+    want = sum(keep.values())
+    assert s3["live_blocks"] == len(keep) and s3["requested_bytes.all.current"] == want, (s3["live_blocks"], s3["requested_bytes.all.current"], want)
+    assert s3["allocated_bytes.all.current"] == before["allocated_bytes.all.current"], (s3["allocated_bytes.all.current"], before["allocated_bytes.all.current"])
+    # the hot loop's peak: one 1 MiB block over the blocks kept, as without the take-back
+    assert s["allocated_bytes.all.peak"] == before["allocated_bytes.all.current"] + MiB, (s["allocated_bytes.all.peak"], before["allocated_bytes.all.current"])
+    t = torch_stats(s3)  # memory_stats(): every allocation counted, the take-backs too
+    assert (t["allocation.all.allocated"], t["allocation.all.freed"], t["allocation.all.current"]) == (made, made - len(keep), len(keep)), \
+        (t["allocation.all.allocated"], t["allocation.all.freed"], made)
+    for a, size in keep.items():
+        expect_intact(a, size, 100 + list(keep).index(a), "a block kept")
+        native.free(a, size)
+    close_clean()
+    print(json.dumps({"case": f"takeback:{threading_design}", "pairs": pairs, "taken_back": n, "engine_allocs": s3["calls"]["allocs"]}))
+
+
 def check_program(name, *args):
     """A C++ check of build/bin: exit 0, or what it said failed."""
     exe = os.path.join(HERE, "..", "build", "bin", name)
@@ -1588,6 +1679,17 @@ CASES = {
     "enable": enable_with_stub_torch,
     "throw": throw_check,
     "foresight": lambda: check_program("foresight_test"),
+    "free-queue": lambda: check_program("free_queue_test"),
+    "takeback:locker": lambda: takeback("locker"),
+    "takeback:thread": lambda: takeback("thread"),
+    "takeback-pool-window": lambda: check_program("takeback_check", gmlake_torch.library_path()),
+    "takeback-fuzz": lambda: hostile_mix(takeback=True),
+    "takeback-fuzz:thread": lambda: hostile_mix(speculate=True, takeback=True),
+    "bad-free:takeback": bad_free,
+    "takeback-env": lambda: expect_start_error("GMLAKE_TAKEBACK takes 0 (off) or 1", policy="vms", driver="host"),
+    "takeback-front-cache": lambda: expect_start_error("GMLAKE_TAKEBACK and the front cache (frontCacheEntries) do not go together",
+                                                       policy="vms", driver="host", front_cache_entries=16),
+    "takeback-record": lambda: expect_start_error("GMLAKE_TAKEBACK needs record off", policy="vms", driver="host", record=True),
     "oom": oom,
     "bad-free": bad_free,
     "call-times": call_times,
@@ -1665,6 +1767,11 @@ for _t in ("locker", "thread"):
 CASES["stress:vms-no-drain:thread"] = lambda: stress("vms", "thread")
 # GMLAKE_SPECULATE=6: allocations that take the answer the JS thread worked out ahead, every block still checked
 CASES["stress:vms-speculate:thread"] = lambda: stress("vms", "thread", sizes="layers")
+# GMLAKE_TAKEBACK=1: a training step's sizes, so that allocations find queued frees of their size and stream
+for _t in ("locker", "thread"):
+    CASES[f"stress:vms-takeback:{_t}"] = (lambda t: (lambda: stress("vms", t, sizes="step")))(_t)
+CASES["pools:vms:takeback"] = lambda: pools("vms")
+CASES["pool-capture-frees:takeback"] = pool_capture_frees
 ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times": {"GMLAKE_TIME_CALLS": "1"},
        # one JS thread: "enter" is the hand-off (the post to the JS thread's pick-up)
        "call-times:thread": {"GMLAKE_TIME_CALLS": "1", "GMLAKE_THREADING": "thread"},
@@ -1672,6 +1779,13 @@ ENV = {"no-libnode": {"GMLAKE_LIBNODE_DIR": "/nonexistent/libnode"}, "call-times
        "front-cache-env": {"GMLAKE_FRONT_CACHE_ENTRIES": "lots"},
        "stress:vms-no-drain:thread": {"GMLAKE_DRAIN_US": "off"},
        "stress:vms-speculate:thread": {"GMLAKE_SPECULATE": "6"},
+       **{k: {"GMLAKE_TAKEBACK": "1"} for k in ("takeback:locker", "takeback:thread", "takeback-pool-window", "takeback-fuzz",
+                                                "bad-free:takeback", "takeback-front-cache", "takeback-record",
+                                                "stress:vms-takeback:locker", "stress:vms-takeback:thread", "pools:vms:takeback",
+                                                "pool-capture-frees:takeback")},
+       "takeback-env": {"GMLAKE_TAKEBACK": "yes"},
+       # frees wait for the next call (no drain): queued when the next alloc comes, as with a Locker per call
+       "takeback-fuzz:thread": {"GMLAKE_TAKEBACK": "1", "GMLAKE_DRAIN_US": "off"},
        "speculate-locker": {"GMLAKE_SPECULATE": "6"},
        "speculate-env": {"GMLAKE_SPECULATE": "all"},
        "speculate-bad-policy": {"GMLAKE_SPECULATE": "6"},
@@ -1740,7 +1854,7 @@ def main(argv):
         env = {k: v for k, v in os.environ.items()
                if k not in ("GMLAKE_TIME_CALLS", "GMLAKE_NODE_FLAGS", "GMLAKE_THREADING", "GMLAKE_FRONT_CACHE_ENTRIES",
                             "GMLAKE_DRAIN_US", "GMLAKE_SPIN_US", "GMLAKE_SPECULATE", "GMLAKE_MEMORY_FRACTION", "GMLAKE_CAPACITY_BYTES",
-                            "GMLAKE_POOL_RESERVE_BYTES")}
+                            "GMLAKE_POOL_RESERVE_BYTES", "GMLAKE_TAKEBACK")}
         env.update(ENV.get(name, {}))
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, __file__, "--one", name], env=env, capture_output=True, text=True, timeout=600)

@@ -18,7 +18,11 @@ import {
   OP_BENCH_PAIRS,
   OP_FLUSH,
   OP_FREE,
+  OP_FREE_IN_POOL_WINDOW,
   OP_PING,
+  QUEUE_TAKEBACK_BYTES,
+  QUEUE_TAKEBACK_ON,
+  QUEUE_TAKEBACKS,
   STATUS_ERROR,
   STATUS_OOM,
   TEXT_CLOSE,
@@ -343,6 +347,28 @@ describe("the bridge", () => {
     expect([st.front_cache_entries, st.num_front_cache_hits, st.front_cache_hit_bytes, st.num_front_cache_passes, st.live_blocks]).toEqual([32, 5, 5 * MiB, 2, 1]);
     expect([st.num_free_drains, st.num_drained_frees, st.num_speculations, st.num_speculation_hits]).toEqual([3, 7, 11, 9]);
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).liveBlocksFreed).toBe(1);
+  });
+
+  it("reports the native take-back's pairs (GMLAKE_TAKEBACK) and says whether it records (then the take-back is refused)", async () => {
+    const b = await createBridge({ policy: "caching", driver: "sim" });
+    expect(b.records).toBe(false);
+    const q = new Float64Array(FREE_QUEUE_LENGTH);
+    b.attachFreeQueue(q);
+    let st = JSON.parse(b.text(TEXT_STATS, "")) as Record<string, unknown>;
+    expect([st.queue_takeback, st.num_queue_takebacks, st.queue_takeback_bytes]).toEqual([false, 0, 0]);
+    q[QUEUE_TAKEBACK_ON] = 1;
+    q[QUEUE_TAKEBACKS] = 4;
+    q[QUEUE_TAKEBACK_BYTES] = 4 * MiB;
+    st = JSON.parse(b.text(TEXT_STATS, "")) as Record<string, unknown>;
+    expect([st.queue_takeback, st.num_queue_takebacks, st.queue_takeback_bytes]).toEqual([true, 4, 4 * MiB]);
+    // a free while a pool window is open is a free to the engine (not queued here: the native side queues it)
+    const p = b.call(OP_ALLOC, MiB, 0, 0);
+    expect(b.call(OP_FREE_IN_POOL_WINDOW, p, MiB, 0)).toBe(0);
+    expect(b.live.stats().live_blocks).toBe(0);
+    b.text(TEXT_CLOSE, "");
+    const rec = await createBridge({ policy: "caching", driver: "sim", record: true });
+    expect(rec.records).toBe(true);
+    rec.text(TEXT_CLOSE, "");
   });
 
   it("says where an alloc would land (OP_PEEK, nothing changed), then makes a queued foreseen alloc there", async () => {

@@ -5,12 +5,12 @@
 // 2. with a thrower registered (what the OOM shim does with c10::OutOfMemoryError): its type
 // 3. an allocation of another device: std::runtime_error naming the device
 // and after each, the allocator still serves a request.
-#include <dlfcn.h>
-
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+
+#include "entry_points.h"
 
 namespace {
 struct FakeTorchOom : std::runtime_error {
@@ -21,15 +21,13 @@ void Thrower(const char* msg) { throw FakeTorchOom(msg); }
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
-  void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return std::printf("FAIL dlopen: %s\n", dlerror()), 1;
-  auto start = reinterpret_cast<int (*)(const char*, int)>(dlsym(lib, "gmlake_start"));
-  auto err = reinterpret_cast<const char* (*)()>(dlsym(lib, "gmlake_last_error"));
-  auto alloc = reinterpret_cast<void* (*)(size_t, int, void*)>(dlsym(lib, "gmlake_alloc"));
-  auto freeFn = reinterpret_cast<void (*)(void*, size_t, int, void*)>(dlsym(lib, "gmlake_free"));
-  auto setThrower = reinterpret_cast<void (*)(void (*)(const char*))>(dlsym(lib, "gmlake_set_oom_thrower"));
-  if (start("{\"policy\":\"vms\",\"driver\":\"host\",\"capacityBytes\":67108864}", 0) != 0) {
-    return std::printf("FAIL start: %s\n", err()), 1;
+  EntryPoints lib;
+  if (!lib.Load(argv[1])) return std::printf("FAIL dlopen: %s\n", lib.lib == nullptr ? dlerror() : "an entry point is missing"), 1;
+  auto alloc = lib.alloc;
+  auto freeFn = lib.free;
+  auto setThrower = lib.Sym<void (*)(void (*)(const char*))>("gmlake_set_oom_thrower");
+  if (lib.start("{\"policy\":\"vms\",\"driver\":\"host\",\"capacityBytes\":67108864}", 0) != 0) {
+    return std::printf("FAIL start: %s\n", lib.lastError()), 1;
   }
   auto stillWorks = [&](const char* after) {
     void* p = alloc(1 << 20, 0, nullptr);

@@ -57,8 +57,9 @@ def torch_stats(st):
         out[k] = int(st.get(k, 0))
     calls = st.get("calls") or {}
     live = int(st.get("live_blocks", 0))
-    # every allocation that succeeded: the engine's, and those the front cache served without it
-    made = int(calls.get("allocs", 0)) - int(calls.get("ooms", 0)) + int(st.get("num_front_cache_hits", 0))
+    # every allocation that succeeded: the engine's, and those the front cache or the take-back served without it
+    made = (int(calls.get("allocs", 0)) - int(calls.get("ooms", 0)) + int(st.get("num_front_cache_hits", 0))
+            + int(st.get("num_queue_takebacks", 0)))
     out["allocation.all.current"] = live
     out["allocation.all.allocated"] = made
     out["allocation.all.freed"] = max(0, made - live)

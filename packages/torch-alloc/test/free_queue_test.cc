@@ -1,0 +1,229 @@
+// The free queue's take-back (GMLAKE_TAKEBACK, native/free_queue.h) on its own, no Node. Run by
+// test/harness.py (case "free-queue"):
+//   free_queue_test   -> exit 0 and one line per check, or exit 1 naming each that failed
+// 1. a queued free of a block the engine handed out is taken back by an alloc of its size and
+//    stream, out of the queue, counted (takebacks, bytes); never with another size, stream or
+//    device, after record_stream, during a pool window, for an address never handed out, once
+//    handed to the engine, nor with the take-back off
+// 2. the newest matching free first (LIFO); the other frees stay queued, in order
+// 3. a second free of a queued block, record_stream after the free, the engine handing the
+//    address out again: the frees are the engine's, never taken back
+// 4. answers worked out ahead: an alloc after a pair taken back still takes the answer (engine
+//    and queue as they were), both allocations logged for the foresight; a foreseen block's
+//    free taken back leaves the engine's allocation queued
+// 5. only the last kTakeBackScan takeable frees are looked at; close stops the take-back
+// 6. the entries of frees the engine took are swept once there are many; the take-back goes on
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../native/free_queue.h"
+#include "check.h"
+
+namespace {
+
+using gmlake::FreeQueue;
+using gmlake::Req;
+using gmlake_check::Check;
+using gmlake_check::g_failed;
+
+constexpr double kDevice = 0, kS = 0x5000;  // the device, a second stream
+constexpr double MiB = 1 << 20;
+
+// A queue as the embedding sets it up with the take-back on (device 0).
+struct Queue {
+  FreeQueue q;
+  explicit Queue(bool takeBack = true, int foresight = 0) {
+    q.Attach();
+    q.SetDevice(kDevice);
+    if (foresight > 0) q.EnableForesight(foresight);
+    if (takeBack) q.EnableTakeBack();
+  }
+  // The address an alloc got without the engine, or 0.
+  double Alloc(double size, double stream = 0, double device = kDevice) {
+    double a = 0;
+    return q.TakeAlloc(size, device, stream, &a) ? a : 0;
+  }
+  // The engine handed `addr` out (the call into JS did: Embedding::CallEngine).
+  void Engine(double addr, double size, double stream = 0) { q.Allocated(addr, size, stream); }
+  // What the engine gets at the next call: (address, size) of each entry, in order.
+  std::vector<std::pair<double, double>> HandOver() {
+    q.HandOver(false);
+    std::vector<std::pair<double, double>> out;
+    double* s = q.slots();
+    for (int i = 0; i < s[kQueueFrees]; i++) out.push_back({s[kFreeQueueHeader + 3 * i], s[kFreeQueueHeader + 3 * i + 1]});
+    s[kQueueFrees] = 0;  // the bridge's takeFrees
+    return out;
+  }
+  double Slot(int k) {
+    q.HandOver(false);
+    return q.slots()[k];
+  }
+};
+
+using Entries = std::vector<std::pair<double, double>>;
+
+void TakesBack() {
+  Queue t;
+  t.Engine(0x1000, MiB);
+  t.q.Free(0x1000, MiB, 0, false);
+  Check(t.Alloc(MiB) == 0x1000, "an alloc of the size and stream takes the queued free back");
+  Check(t.HandOver().empty(), "the pair never reaches the engine (the queue is empty again)");
+  Check(t.Slot(kQueueTakebacks) == 1 && t.Slot(kQueueTakebackBytes) == MiB && t.Slot(kQueueTakebackOn) == 1,
+        "counted: one take-back of 1 MiB, the take-back on");
+  t.q.Free(0x1000, MiB, 0, false);
+  Check(t.Alloc(MiB) == 0x1000, "a block taken back and freed again is taken back again");
+  Check(t.Slot(kQueueTakebacks) == 2, "counted twice");
+
+  struct Miss {
+    const char* what;
+    double size, stream, device;
+  };
+  for (const Miss& m : {Miss{"another size (1 byte more)", MiB + 1, 0, kDevice}, Miss{"another stream", MiB, kS, kDevice},
+                        Miss{"another device", MiB, 0, 1}}) {
+    Queue u;
+    u.Engine(0x1000, MiB);
+    u.q.Free(0x1000, MiB, 0, false);
+    Check(u.Alloc(m.size, m.stream, m.device) == 0 && u.HandOver() == Entries{{0x1000, MiB}},
+          std::string("missed with ") + m.what + ": the free stays queued for the engine");
+  }
+  {
+    Queue u;
+    u.Engine(0x1000, MiB);
+    u.q.RecordStream(0x1000);
+    u.q.Free(0x1000, MiB, 0, false);
+    Check(u.Alloc(MiB) == 0, "missed: record_stream'ed (its free waits on the other stream's events)");
+  }
+  {
+    Queue u;
+    u.Engine(0x1000, MiB);
+    u.q.Free(0x1000, MiB, 0, false, /*inPoolWindow=*/true);
+    Check(u.Alloc(MiB) == 0 && u.HandOver() == Entries{{0x1000, MiB}}, "missed: freed while a pool window is open");
+  }
+  {
+    Queue u;
+    u.q.Free(0x2000, MiB, 0, false);  // a pool's block (kOpPoolAlloc never registers), or a stray address
+    Check(u.Alloc(MiB) == 0, "missed: an address the engine's ordinary alloc did not hand out");
+  }
+  {
+    Queue u;
+    u.Engine(0x4000, MiB);
+    u.q.Free(0x4000, 2 * MiB, 0, false);  // freed with another size than allocated
+    Check(u.Alloc(2 * MiB) == 0 && u.Alloc(MiB) == 0, "missed: a free whose size is not the alloc's");
+  }
+  {
+    Queue u;
+    u.Engine(0x1000, MiB);
+    u.q.Free(0x1000, MiB, 0, false);
+    Check(u.HandOver() == Entries{{0x1000, MiB}} && u.Alloc(MiB) == 0, "missed: a free the engine took already");
+    u.q.Free(0x1000, MiB, 0, false);  // its second free: the engine's
+    Check(u.Alloc(MiB) == 0, "and its next free is the engine's (the block is no longer ours)");
+  }
+  {
+    Queue u(/*takeBack=*/false);
+    u.Engine(0x1000, MiB);
+    u.q.Free(0x1000, MiB, 0, false);
+    Check(!u.q.servesAllocs() && u.Alloc(MiB) == 0 && u.Slot(kQueueTakebackOn) == 0, "off: nothing taken back");
+  }
+}
+
+void Lifo() {
+  Queue t;
+  for (double a : {0x1000, 0x2000, 0x3000}) t.Engine(a, MiB);
+  t.Engine(0x4000, 2 * MiB);
+  t.q.Free(0x1000, MiB, 0, false);
+  t.q.Free(0x4000, 2 * MiB, 0, false);
+  t.q.Free(0x2000, MiB, 0, false);
+  t.q.Free(0x3000, MiB, 0, false);
+  Check(t.Alloc(MiB) == 0x3000 && t.Alloc(MiB) == 0x2000, "the newest matching free first (LIFO)");
+  Check(t.HandOver() == Entries{{0x1000, MiB}, {0x4000, 2 * MiB}}, "the others stay queued, in their order");
+  Check(t.Alloc(MiB) == 0, "handed over: none left to take back");
+}
+
+void EngineDecides() {
+  {
+    Queue t;
+    t.Engine(0x1000, MiB);
+    t.q.Free(0x1000, MiB, 0, false);
+    t.q.Free(0x1000, MiB, 0, false);
+    Check(t.Alloc(MiB) == 0 && t.HandOver() == Entries{{0x1000, MiB}, {0x1000, MiB}},
+          "a second free of a queued block: both go to the engine (which says so), none taken back");
+  }
+  {
+    Queue t;
+    t.Engine(0x1000, MiB);
+    t.q.Free(0x1000, MiB, 0, false);
+    t.q.RecordStream(0x1000);
+    Check(t.Alloc(MiB) == 0, "record_stream after the free: the engine's to judge");
+  }
+  {
+    Queue t;
+    t.Engine(0x1000, MiB);
+    t.q.Free(0x1000, MiB, 0, false);
+    t.Engine(0x1000, MiB);  // handed out again while its free is queued: only a broken caller gets here
+    Check(t.Alloc(MiB) == 0, "an address the engine handed out again: its queued free is not taken back");
+  }
+}
+
+void WithForesight() {
+  Queue t(true, 6);
+  t.Engine(0x1000, MiB);
+  t.q.Foresee(2 * MiB, 0, 0x8000);  // the JS thread: an alloc of 2 MiB lands at 0x8000 now
+  t.q.Free(0x1000, MiB, 0, false);
+  Check(t.Alloc(MiB) == 0x1000, "a pair taken back while an answer is worked out ahead");
+  Check(t.Alloc(2 * MiB) == 0x8000, "the answer still taken after it (the engine and the queue as it was computed on)");
+  std::vector<Req> learned;
+  double made = 0, taken = 0;
+  t.q.TakeLearned(&learned, &made, &taken);
+  Check(learned.size() == 2 && learned[0].size == MiB && learned[1].size == 2 * MiB && taken == 1,
+        "both allocations logged for the foresight, in order; one answer taken");
+  t.q.Free(0x8000, 2 * MiB, 0, false);
+  Check(t.Alloc(2 * MiB) == 0x8000, "a foreseen block's free taken back");
+  Check(t.HandOver() == Entries{{0x8000, -2 * MiB}}, "the engine still makes the foreseen allocation, at its address");
+}
+
+void ScanAndClose() {
+  Queue t;
+  for (int i = 0; i < 40; i++) t.Engine(0x100000 + i * 0x1000, 512 * (i + 1));
+  for (int i = 0; i < 40; i++) t.q.Free(0x100000 + i * 0x1000, 512 * (i + 1), 0, false);
+  Check(t.Alloc(512 * 1) == 0, "a free older than the last 32 takeable ones is not looked at");
+  Check(t.Alloc(512 * 9) == 0x100000 + 8 * 0x1000, "the 32nd newest is");
+  t.Engine(0x9000, MiB);
+  t.q.Free(0x9000, MiB, 0, false);
+  t.q.StopForeseeing();  // close
+  Check(t.Alloc(MiB) == 0 && !t.q.servesAllocs() && t.HandOver().size() == 40, "after close nothing is taken back; every free goes to the engine");
+  Queue full;
+  int queued = 0;
+  while (full.q.Free(0x1000 + queued * 0x1000, MiB, 0, false)) queued++;
+  Check(queued == kFreeQueueSlots, "the queue refuses a free once it holds kFreeQueueSlots");
+}
+
+void Sweep() {
+  Queue t;
+  for (int i = 0; i < 100000; i++) {  // blocks the engine handed out once, freed, taken by the engine
+    double a = 0x100000 + i * 4096.0;
+    t.Engine(a, 4096);
+    t.q.Free(a, 4096, 0, false);
+    t.HandOver();
+  }
+  size_t n = t.q.liveEntries();
+  Check(n < 70000, "the entries of frees the engine took are swept (" + std::to_string(n) + " of 100000 left)");
+  t.Engine(0x1000, MiB);
+  t.q.Free(0x1000, MiB, 0, false);
+  Check(t.Alloc(MiB) == 0x1000, "and the take-back goes on after a sweep");
+  t.q.Free(0x100000, 4096, 0, false);  // a block whose free the engine took, never handed out again through the engine's alloc
+  Check(t.Alloc(4096) == 0, "a free of a swept block is the engine's");
+}
+
+}  // namespace
+
+int main() {
+  TakesBack();
+  Lifo();
+  EngineDecides();
+  WithForesight();
+  ScanAndClose();
+  Sweep();
+  if (g_failed == 0) std::printf("free_queue_test: all checks passed\n");
+  return g_failed == 0 ? 0 : 1;
+}
