@@ -10,6 +10,8 @@
 #   SB_JOBS (10 at once at most), SB_DEVICE_GIB (the memory candidates may fill, default the
 #   device's), SB_KNOWN / SB_KNOWN_FOR (earlier smallest-budget.json files and whose answers in
 #   them count: smallest_budget.py --known, --known-for), TOTAL (s for the whole call, default 560), PYTHON (python3).
+#   SB_TIMING (1: each largest batch at a limit budget trained again alone for its step time and
+#   tokens/s; 0: not).
 # Out ($OUT): smallest-budget.md, smallest-budget.json, smallest-budget.log.
 set -uo pipefail
 t0=$(date +%s)
@@ -39,4 +41,5 @@ args=(--allocators "$allocators" --steps "${SB_STEPS:-12}" --step-gib "${SB_STEP
 [ -n "${SB_CENTER:-}" ] && args+=(--center "$SB_CENTER")
 [ -n "${SB_KNOWN:-}" ] && args+=(--known "$SB_KNOWN")
 [ -n "${SB_KNOWN_FOR:-}" ] && args+=(--known-for "$SB_KNOWN_FOR")
+[ "${SB_TIMING:-1}" = 0 ] && args+=(--no-timing)
 "$python" scripts/gpu/smallest_budget.py "${args[@]}"

@@ -18,7 +18,7 @@ usage: python3 smallest_budget.py [--workloads W,...] [--allocators A,...] [--st
                                   [--step-gib 0.04] [--points 2] [--center W:A=GiB,...]
                                   [--fit-compare FILE] [--jobs N] [--device-gib G]
                                   [--time-limit S] [--candidate-timeout S] [--out DIR] [--known F,...]
-                                  [--known-for A,...]
+                                  [--known-for A,...] [--no-timing]
   --center W:A=GiB: the prediction for workload W under allocator A (else the sim's number for
   A's policy: pytorch -> caching, pytorch-expandable -> expandable, ours:vms -> vms); one grid per
   workload, every allocator on it: from the lowest prediction to the highest, --points steps
@@ -29,6 +29,8 @@ usage: python3 smallest_budget.py [--workloads W,...] [--allocators A,...] [--st
   is taken as settled, marked in parentheses; the limit budgets count measured candidates only.
   --known-for A,...: only these allocators' known candidates count (default: every allocator's;
   leave out one whose code changed since).
+  Last, unless --no-timing: each allocator's largest batch at each limit budget trained again
+  with the GPU to itself, for its step time (median of the steps after the first) and tokens/s.
 """
 import argparse
 import json
@@ -103,6 +105,7 @@ def parse(argv):
     ap.add_argument("--out", default=".")
     ap.add_argument("--known", default="")
     ap.add_argument("--known-for", default="")
+    ap.add_argument("--no-timing", action="store_true")
     try:
         return ap.parse_args(argv)
     except SystemExit as e:
@@ -202,7 +205,9 @@ class Runner:
                     r = json.loads(res[-1][7:])
                     c["peak_reserved_bytes"] = r.get("peak_reserved_bytes") or (r.get("engine") or {}).get("reserved_bytes.all.peak")
                     c["losses"] = r.get("values")
-                c.pop("tokens", None)
+                    c["step_s"] = r.get("step_s")
+                if c["status"] != "ok" or phase != "timing":
+                    c.pop("tokens", None)  # the tokens per step make tokens/s: kept for the timing runs only
             with self.lock:
                 self.results.append(c)
                 print(f"[{time.monotonic() - self.t0:6.1f} s] {w} {al} {budget:.3f} GiB batch {c['value']}: {c['status']}"
@@ -292,6 +297,15 @@ def largest_at(w, allocs, results):
     return b, cells
 
 
+def cell(w, al, at, results, steps):
+    """The largest batch at the limit budget, with its step time and tokens/s when a timing run measured them."""
+    text = at[1][al]
+    t = next((c for c in results if c["phase"] == "timing" and c["status"] == "ok" and (c["workload"], c["allocator"]) == (w, al)
+              and abs(c["budget_gib"] - at[0]) < 1e-9 and str(c["value"]) == text), None)
+    st, tps = largest_batch.summarize(t, int(steps)) if t else (None, None)
+    return text if st is None or tps is None else f"{text} ({st:.3f} s, {tps:,.0f}/s)"
+
+
 def report(a, plan, results):
     lines = [f"Smallest budget that trains each workload at its own batch ({a.steps} steps, a fresh process per",
              "candidate, the budget through torch.cuda.set_per_process_memory_fraction for every allocator; GiB).",
@@ -321,13 +335,14 @@ def report(a, plan, results):
     confirm = [c for c in results if c["phase"] == "confirm"]
     if confirm:
         lines += ["", "The largest batch at the budget where the batch is the limit (the highest such budget; without one, the",
-                  "smallest at which every allocator trained): each allocator's batch there, and the batch one above (or below) it:", "",
+                  "smallest at which every allocator trained): each allocator's batch there, and the batch one above (or below) it;",
+                  "in brackets its step time and tokens/s, trained again with the GPU to itself:", "",
                   "| workload | budget GiB | " + " | ".join(allocs) + " |", "| --- | ---: |" + " ---: |" * len(allocs)]
         for w in dict.fromkeys(w for w, _, _ in plan):
             at = largest_at(w, allocs, results)
             if at is None:
                 continue
-            lines.append(f"| {w} | {at[0]:.2f} | " + " | ".join(at[1][al] for al in allocs) + " |")
+            lines.append(f"| {w} | {at[0]:.2f} | " + " | ".join(cell(w, al, at, results, a.steps) for al in allocs) + " |")
     errors = [c for c in results if c["status"] not in ("ok", "oom")]
     if notes or errors:
         lines += ["", "Notes:"] + notes + [f"- {c['workload']} {c['allocator']} {c['budget_gib']:.2f}: {c['status']} {c.get('error', '')}" for c in errors]
@@ -393,6 +408,12 @@ def main(argv):
     print(f"smallest_budget: {len(more)} candidates at the limit budgets", flush=True)
     with ThreadPoolExecutor(r.jobs) as pool:
         list(pool.map(lambda t: r.one(*t, phase="confirm"), sorted(more, key=lambda t: -t[2])))
+    if not a.no_timing:  # one at a time: the step times are the allocator's alone
+        for w in dict.fromkeys(w for w, _, _ in plan):
+            at = largest_at(w, allocs, r.results)
+            for al in allocs if at is not None else []:
+                if at[1][al].isdigit():
+                    r.one(w, al, at[0], int(at[1][al]), phase="timing")
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "smallest-budget.json"), "w") as f:
         json.dump({"plan": plan, "candidates": r.results, "steps": a.steps}, f, indent=1)
