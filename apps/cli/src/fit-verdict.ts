@@ -57,6 +57,9 @@ export function howToRun(policy: string, recordedConf: string): { howToRun: stri
       return { howToRun: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", inPyTorch: true };
     case "gmlake":
       return { howToRun: "GMLake's patched PyTorch, or our live allocator", inPyTorch: false };
+    case "vms":
+      // the search ran under a budget: vms sizes its handles to one (budgetHandleDivisor), so the live run needs one too
+      return { howToRun: `our live allocator (the gmlake_torch wheel, GMLAKE_POLICY=vms) under a budget at the capacity shown (GMLAKE_CAPACITY_BYTES or torch.cuda.set_per_process_memory_fraction)`, inPyTorch: false };
     default:
       return { howToRun: `our live allocator (the gmlake_torch wheel, GMLAKE_POLICY=${policy})`, inPyTorch: false };
   }
