@@ -246,6 +246,17 @@ describe("vms policy", () => {
     expect(creates(new SimDriver({ capacityBytes: 16384 * MiB }), {})).toBe(5);
   });
 
+  it("peekCached answers a small request whose segment went back whole: where the new segment lands", () => {
+    const a = new Allocator("vms", host(), { checkInvariants: 1, recorder: null });
+    a.malloc(8 * MiB); // the arena holds memory beyond the small segment
+    const s = a.malloc(1 * MiB); // a small segment of its own
+    a.free(s); // wholly free: back to the arena, the small pool is empty
+    const p = a.peekCached(1 * MiB, 0);
+    expect(p).not.toBeNull();
+    expect(a.malloc(1 * MiB).addr).toBe(p);
+    a.close();
+  });
+
   it("never carves a small segment out of another stream's free block (its small blocks would skip the stream wait)", () => {
     const d = host();
     const a = new Allocator("vms", d, { options: { crossStream: true }, checkInvariants: 1, recorder: null });

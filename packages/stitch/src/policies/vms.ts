@@ -36,10 +36,22 @@ export class VmsAllocator extends VmsState implements PolicyInstance {
     return this.mallocLarge(rounded, stream, true);
   }
 
-  /** What malloc would serve from this stream's pools without a new segment, a grow or another stream's block (PolicyInstance.peekCached). */
+  /**
+   * Where malloc would serve from this stream's pools without a grow or another stream's block
+   * (PolicyInstance.peekCached): a small request with no small block left takes a new small
+   * segment from the front of the large pool's fit (mallocSmall, mallocLarge), so that answer
+   * is known too. Without it a small segment freed whole (it goes back to the arena) left the
+   * live foresight nothing to answer: every alloc+free of a small size entered the engine.
+   */
   peekCached(size: number, stream: number): number | null {
     const rounded = roundSize(size, this.rp2);
-    const b = rounded <= kSmallSize ? this.smallPool.seek(stream, rounded) : this.pool.seek(stream, rounded);
+    if (rounded <= kSmallSize) {
+      const s = this.smallPool.seek(stream, rounded);
+      if (s !== null && s.stream === stream) return s.addr;
+      const host = this.pool.seek(stream, this.o.smallSegmentBytes);
+      return host !== null && host.stream === stream ? host.addr : null;
+    }
+    const b = this.pool.seek(stream, rounded);
     return b !== null && b.stream === stream ? b.addr : null;
   }
 
