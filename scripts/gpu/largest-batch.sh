@@ -19,16 +19,10 @@ set -uo pipefail
 t_start=$(date +%s)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-OUT=${OUT:-$root/gpu-out}
-mkdir -p "$OUT"
-python=${PYTHON:-python3}
-total=${TOTAL:-560}
+. scripts/gpu/live-env.sh
+gpu_call largest-batch 560
 allocators=${LB_ALLOCATORS:-pytorch-expandable,ours:vms,pytorch}
 bundle=${LB_BUNDLE:-.gpu/live.tar.xz}
-if ! [[ $total =~ ^[1-9][0-9]*$ ]]; then
-  echo "largest-batch: TOTAL must be a positive whole number of seconds, not '$total'" >&2
-  exit 2
-fi
 if [ -n "${LB_RESUME:-}" ] && [ ! -f "$LB_RESUME" ]; then
   echo "largest-batch: LB_RESUME=$LB_RESUME does not exist" >&2
   exit 2

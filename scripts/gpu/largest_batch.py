@@ -31,6 +31,8 @@ import sys
 import threading
 import time
 
+import script_args
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 GiB = 1 << 30
 # live_workloads.py's training workloads and the batch each trains at (the search starts there)
@@ -40,9 +42,7 @@ DEFAULT_WORKLOADS = "gpt2_ft,gpt2_ft_ckpt,llama1b_lora,llama1b_fsdp,qwen_lora_bi
 SEQ_UNIT = 8  # --dim seq: the candidate v trains on the workload's lengths x v / 8
 
 
-def fail(msg):
-    print(f"largest_batch: {msg}", file=sys.stderr)
-    sys.exit(2)
+fail = script_args.failer("largest_batch")
 
 
 # ---- one candidate, in its own process ----
@@ -126,20 +126,11 @@ def parse_args(argv):
     ap.add_argument("--budget-gib", type=float, default=None)
     ap.add_argument("--value", type=int, default=None)
     ap.add_argument("--dim", default="batch")
-    try:
-        return ap.parse_args(argv)
-    except SystemExit as e:
-        sys.exit(2 if e.code else 0)
+    return script_args.parse(ap, argv)
 
 
 def positive(text, name, kind=int):
-    try:
-        v = kind(text)
-    except ValueError:
-        v = None
-    if v is None or v <= 0:
-        fail(f"--{name} takes a positive number, not {text!r}")
-    return v
+    return script_args.positive(fail, text, name, kind)
 
 
 def plan(a):

@@ -17,16 +17,9 @@ set -uo pipefail
 t0=$(date +%s)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-OUT=${OUT:-$root/gpu-out}
-mkdir -p "$OUT"
-python=${PYTHON:-python3}
-total=${TOTAL:-560}
-allocators=${SB_ALLOCATORS:-pytorch-expandable,ours:vms}
-if ! [[ $total =~ ^[1-9][0-9]*$ ]]; then
-  echo "smallest-budget: TOTAL must be a positive whole number of seconds, not '$total'" >&2
-  exit 2
-fi
 . scripts/gpu/live-env.sh
+gpu_call smallest-budget 560
+allocators=${SB_ALLOCATORS:-pytorch-expandable,ours:vms}
 exec > >(tee -a "$OUT/smallest-budget.log") 2>&1
 if [[ ",$allocators," == *",ours:"* ]]; then
   live_env smallest-budget

@@ -45,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import largest_batch  # noqa: E402  (its child trains one candidate)
+import script_args  # noqa: E402
 
 GiB = 1 << 30
 SIM_COLUMN = {"pytorch": "caching smallest", "pytorch-expandable": "expandable smallest", "ours:vms": "vms smallest"}
@@ -52,9 +53,7 @@ SIM_COLUMN = {"pytorch": "caching smallest", "pytorch-expandable": "expandable s
 BESIDE_GIB = 2.5
 
 
-def fail(msg):
-    print(f"smallest_budget: {msg}", file=sys.stderr)
-    sys.exit(2)
+fail = script_args.failer("smallest_budget")
 
 
 def latest_fit_compare():
@@ -106,20 +105,11 @@ def parse(argv):
     ap.add_argument("--known", default="")
     ap.add_argument("--known-for", default="")
     ap.add_argument("--no-timing", action="store_true")
-    try:
-        return ap.parse_args(argv)
-    except SystemExit as e:
-        sys.exit(2 if e.code else 0)
+    return script_args.parse(ap, argv)
 
 
 def number(text, name, kind=float):
-    try:
-        v = kind(text)
-    except ValueError:
-        v = None
-    if v is None or v <= 0:
-        fail(f"--{name} takes a positive number, not {text!r}")
-    return v
+    return script_args.positive(fail, text, name, kind)
 
 
 def grids(a):
