@@ -68,6 +68,16 @@ def peak_reserved(torch, ours):
     return int(ours.stats()["reserved_bytes.all.peak"] if ours is not None else torch.cuda.max_memory_reserved())
 
 
+def memory_now(torch, ours):
+    """[reserved, peak reserved, in private pools] bytes now, under any allocator: ours from its
+    stats, PyTorch's from memory_snapshot() (segments whose segment_pool_id is not (0, 0))."""
+    if ours is not None:
+        s = ours.stats()
+        return [int(s["reserved_bytes.all.current"]), int(s["reserved_bytes.all.peak"]), int(s.get("private_pool_reserved_bytes") or 0)]
+    pooled = sum(g["total_size"] for g in torch.cuda.memory_snapshot() if tuple(g.get("segment_pool_id") or (0, 0)) != (0, 0))
+    return [int(torch.cuda.memory_reserved()), int(torch.cuda.max_memory_reserved()), int(pooled)]
+
+
 def pool_figures(ours):
     if ours is None:
         return None
@@ -159,6 +169,14 @@ def count_checkpoints(torch):
                 counts[_key] += 1
                 return _fn(*a, **k)
             setattr(torch._C, name, wrapped)
+    # and torch.cuda.empty_cache (torch.cuda.graph calls it before each capture)
+    counts["empty_caches"] = 0
+    empty = torch.cuda.empty_cache
+
+    def counted_empty(*a, **k):
+        counts["empty_caches"] += 1
+        return empty(*a, **k)
+    torch.cuda.empty_cache = counted_empty
     return counts
 
 
@@ -167,14 +185,15 @@ def ids_of(torch, vocab, seed, batch, seq):
     return torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen)
 
 
-def train_compiled(torch, model, vocab, steps, batch, seq, params=None, eval_shape=None):
+def train_compiled(torch, model, vocab, steps, batch, seq, params=None, eval_shape=None, ours=None):
     """Training steps under reduce-overhead; with eval_shape (batch, seq): at least 3 steps, then
     3 steps whose replayed forward is followed by an eval of that shape (no grad) before the
-    backward, then the training steps again."""
+    backward, then the training steps again. "memory": memory_now() before the first step and
+    after each (where the reserved bytes go: the private pool or the rest)."""
     counts = count_checkpoints(torch)
     opt = torch.optim.AdamW(params if params is not None else model.parameters(), lr=1e-4)
     fwd = torch.compile(model, mode="reduce-overhead")
-    losses, evals = [], []
+    losses, evals, memory = [], [], [memory_now(torch, ours)]
 
     def step(i, eval_seed=None):
         ids = ids_of(torch, vocab, i, batch, seq)
@@ -187,6 +206,7 @@ def train_compiled(torch, model, vocab, steps, batch, seq, params=None, eval_sha
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
+        memory.append(memory_now(torch, ours))
 
     first = steps if eval_shape is None else max(steps, 3)  # warm-up, recording, replays
     for i in range(first):
@@ -196,7 +216,7 @@ def train_compiled(torch, model, vocab, steps, batch, seq, params=None, eval_sha
             step(first + i, eval_seed=1000 + i)
         for i in range(steps):
             step(first + 3 + i)
-    out = {"losses": losses, "checkpoints": counts}
+    out = {"losses": losses, "checkpoints": counts, "memory": memory}
     if eval_shape is not None:
         out["evals"] = evals
     return out
@@ -207,7 +227,7 @@ def case_compile(torch, ours, steps, trees=True):
 
     inductor.triton.cudagraph_trees = trees
     model, vocab = gpt2_model(torch)
-    out = train_compiled(torch, model, vocab, steps, batch=8, seq=256, eval_shape=(4, 128))
+    out = train_compiled(torch, model, vocab, steps, batch=8, seq=256, eval_shape=(4, 128), ours=ours)
     out["pools"] = pool_figures(ours)
     return out
 
@@ -223,8 +243,18 @@ def case_lora(torch, ours, steps):
         model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
     model = peft.get_peft_model(model, peft.LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], lora_dropout=0.0))
     model.train()
-    out = train_compiled(torch, model, cfg.vocab_size, steps, batch=4, seq=512, params=[p for p in model.parameters() if p.requires_grad])
+    # what an empty_cache frees of the float32 weights .to(bfloat16) left cached (torch.cuda.graph calls one before each capture)
+    before = memory_now(torch, ours)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    out = {"empty_cache_at_start": [before, memory_now(torch, ours)]}
+    out.update(train_compiled(torch, model, cfg.vocab_size, steps, batch=4, seq=512, params=[p for p in model.parameters() if p.requires_grad], ours=ours))
     out["pools"] = pool_figures(ours)
+    if ours is not None:
+        s = ours.stats()
+        out["engine"] = {k: s.get(k) for k in ("calls", "driver_calls", "counters", "pending_frees", "capture_deferred_frees", "num_deferred_frees")}
+        if os.environ.get("GMLAKE_RECORD") == "1":  # the engine's history, for a replay of its calls here
+            ours.snapshot(os.path.join(os.environ.get("GMLAKE_SNAPSHOT_DIR", "."), f"lora-{ours.stats()['policy']}.pickle"))
     return out
 
 
@@ -342,17 +372,29 @@ def run_case(argv):
 
 
 # ---- summary ----------------------------------------------------------------------------------
-def same_results(r, ref):
-    """(equal, how): losses within 1e-5 relative of the reference's, tokens identical."""
+def rel_diff(r, ref):
+    """The largest relative difference of r's losses and evals from ref's; None when they do not pair."""
+    a, b = r.get("losses") or [], ref.get("losses") or []
+    if len(a) != len(b) or not a:
+        return None
+    a, b = a + (r.get("evals") or []), b + (ref.get("evals") or [])
+    return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+
+
+def same_results(r, ref, exp=None):
+    """(equal, how): tokens identical; losses within 1e-5 relative of the reference's, or within
+    twice what PyTorch's own two allocators differ by (exp: expandable's run), where the case's
+    kernels are not bit-stable across memory layouts (bf16 with atomics, cuBLAS by alignment)."""
     if "tokens" in ref or "tokens" in r:
         eq = r.get("tokens") == ref.get("tokens")
         return eq, "tokens equal" if eq else "tokens differ"
-    a, b = r.get("losses") or [], ref.get("losses") or []
-    if len(a) != len(b) or not a:
-        return False, f"{len(a)} results, the reference {len(b)}"
-    a, b = a + (r.get("evals") or []), b + (ref.get("evals") or [])
-    worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
-    return worst <= 1e-5, f"max rel diff {worst:.1e}"
+    worst = rel_diff(r, ref)
+    if worst is None:
+        return False, f"{len(r.get('losses') or [])} results, the reference {len(ref.get('losses') or [])}"
+    spread = rel_diff(exp, ref) if exp is not None and exp is not r else None
+    tol = max(1e-5, 2 * spread) if spread is not None else 1e-5
+    how = f"max rel diff {worst:.1e}" + (f" (PyTorch's two: {spread:.1e})" if spread is not None and spread > 1e-5 else "")
+    return worst <= tol, how
 
 
 def summary(argv):
@@ -381,12 +423,15 @@ def summary(argv):
         exp = next((r for r in mine if r.get("allocator") == "pytorch-expandable" and r.get("ok")), None)
         for r in mine:
             ok = bool(r.get("ok"))
-            eq, how = same_results(r, ref) if ok and ref is not None else (False, "no reference" if ok else "-")
+            eq, how = same_results(r, ref, exp) if ok and ref is not None else (False, "no reference" if ok else "-")
             peak = r.get("peak_reserved_bytes")
             rel = lambda o: f"{100 * (peak / o['peak_reserved_bytes'] - 1):+.1f}%" if ok and o and peak else "-"  # noqa: E731
             note = r.get("error") or ("MemPool: " + r["mempool"] if r.get("mempool") not in (None, "ok") else "")
             if not note and isinstance(r.get("checkpoints"), dict):  # cudagraph trees' checkpoints taken, and put back
                 note = "checkpoints {checkpoints}, restores {restores}".format(**r["checkpoints"])
+            if r.get("memory"):  # where the reserved bytes were at the step of the peak: the private pool and the rest
+                at = max(r["memory"], key=lambda m: m[0])
+                note += f"{'; ' if note else ''}at the most reserved {at[0] / GiB:.2f} GiB: pool {at[2] / GiB:.2f}"
             if not note and r.get("eager_equal") is False:
                 note = "graph tokens differ from the same steps run eagerly"
             lines.append(f"| {case} | {r.get('allocator')} | {'yes' if ok else 'NO'} | {how} | "
