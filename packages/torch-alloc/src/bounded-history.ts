@@ -12,7 +12,7 @@
  * each event is folded into the base once, when it drops out, so the cost per recorded
  * event stays constant and the memory at most 1.5x the bound.
  */
-import { EventLog, LiveEffect, deriveSegments, liveEffect, type EventKind, type SegmentState } from "@gmlake/trace";
+import { EventLog, LiveEffect, deriveSegments, liveEffect, type EventKind, type SegmentState, type StreamOf } from "@gmlake/trace";
 
 /** The default bound on recorded events (about 38 bytes each, up to 1.5x this before a compaction). */
 export const DEFAULT_RECORD_MAX_ENTRIES = 1_000_000;
@@ -59,13 +59,13 @@ export class BoundedHistory {
   }
 
   /** The segments live at the end of the log, as the whole history says (call compact() first for a snapshot). */
-  segments(): SegmentState[] {
-    if (this.dropped === 0) return deriveSegments(this.log);
+  segments(streamOf?: StreamOf): SegmentState[] {
+    if (this.dropped === 0) return deriveSegments(this.log, undefined, streamOf);
     const all = new EventLog(this.base.length + this.log.length);
     for (const raw of this.log.streams) all.streamId(raw); // the same stream indices as the log's
     copyRows(this.base, 0, this.base.length, all);
     copyRows(this.log, 0, this.log.length, all);
-    return deriveSegments(all);
+    return deriveSegments(all, undefined, streamOf);
   }
 }
 

@@ -131,6 +131,8 @@ export class LiveAllocator {
         device: config.device ?? 0,
         recorder: config.record === true ? undefined : null,
         checkInvariants: config.checkInvariants ?? false,
+        // the pools (private-pools.ts) free on their keys only memory no graph replays into
+        lendPoolMemory: true,
       });
     } catch (e) {
       this.base.close();
@@ -272,6 +274,9 @@ export class LiveAllocator {
   /** An allocation to pool `ordinal` (its window open); throws a PoolError when refused. */
   poolAlloc(ordinal: number, size: number, capturing: boolean, stream = 0): number {
     this.counts.allocs++;
+    // while a capture is underway an allocation outside it must not synchronize the device,
+    // as taking a pool's free memory does (no stream names its kernels)
+    if (capturing) this.allocator.ctx.lendPoolMemory = false;
     return this.pools.alloc(ordinal, size, capturing, stream);
   }
 
@@ -290,7 +295,9 @@ export class LiveAllocator {
   }
 
   private afterCapture(): void {
-    if (this.pools.capturing > 0 || this.captureDeferred.length === 0) return;
+    if (this.pools.capturing > 0) return;
+    this.allocator.ctx.lendPoolMemory = true;
+    if (this.captureDeferred.length === 0) return;
     for (const b of this.captureDeferred.splice(0)) this.allocator.free(b);
   }
 
@@ -452,7 +459,9 @@ export class LiveAllocator {
     // it says what made it (torch-trace recordedBy): inspect labels it by policy, not as PyTorch's
     const s = this.allocator.ctx.settings;
     const allocatorSettings = { ...s, raw: { ...s.raw, gmlake_policy: this.policy.name, gmlake_live: true } };
-    const bytes = exportMemoryViz(log, this.history!.segments(), { allocatorSettings }).bytes;
+    // a pool's stream key is no cudaStream_t: its segments carry the pool's id on stream 0
+    const streamOf = (raw: number) => this.pools.poolOfKey(raw);
+    const bytes = exportMemoryViz(log, this.history!.segments(streamOf), { allocatorSettings, streamOf }).bytes;
     return path.endsWith(".gz") ? gzipSync(bytes) : bytes;
   }
 

@@ -5,7 +5,8 @@
  * back to the engine when the last use of P is released and its last block is freed.
  *
  * A pool's memory is engine blocks taken on the pool's own stream key (poolStreamKey: the
- * policy sizes them, vms stitches them and never lends them) and held, allocated in the
+ * policy sizes them and vms stitches them; what the pool frees there, vms may lend to others
+ * after a device sync: AllocatorOptions.lendPoolMemory) and held, allocated in the
  * engine's books, for the pool's life; the pool carves its blocks out of them. So an
  * empty_cache or an out-of-memory release never unmaps an address a captured graph replays
  * into. At the window's begin (PyTorch calls it before cudaStreamBeginCapture) the pool takes
@@ -169,6 +170,8 @@ export class PrivatePools {
    * under vms) the engine keeps for it, instead of a new key per graph ever captured.
    */
   private readonly freeOrdinals: number[] = [];
+  /** The id (a, b) of the first pool that had each ordinal: a snapshot names the ordinal's stream key by it. */
+  private readonly firstIds = new Map<number, readonly [number, number]>();
   /** Pools whose open window allocated during a capture (frees of other blocks wait for it: no engine call during capture). */
   capturing = 0;
   readonly counts = { begins: 0, ends: 0, releases: 0, poolAllocs: 0, poolFrees: 0, segmentsTaken: 0, bytesReturned: 0, captureGrows: 0, checkpoints: 0, restores: 0 };
@@ -199,6 +202,7 @@ export class PrivatePools {
     if (p === undefined) {
       const ordinal = this.freeOrdinals.length > 0 ? this.freeOrdinals.pop()! : this.nextOrdinal++;
       p = new Pool(key, ordinal, poolStreamKey(ordinal, 0));
+      if (!this.firstIds.has(ordinal)) this.firstIds.set(ordinal, [a, b]);
       this.byKey.set(key, p);
       this.byOrdinal.set(p.ordinal, p);
     } else {
@@ -320,6 +324,17 @@ export class PrivatePools {
     if (p.useCount > 0) return 0;
     if (p.window) this.closeWindow(p);
     return p.live.size === 0 ? this.dispose(p) : 0;
+  }
+
+  /**
+   * For a snapshot of the engine's history: the pool id a stream key of these pools stands
+   * for (the first pool of its ordinal; later ones reused its key), else undefined.
+   */
+  poolOfKey(raw: number): { stream: number; poolId: readonly [number, number] } | undefined {
+    if (!(raw < 0)) return undefined;
+    const id = this.firstIds.get(Math.floor((-raw - 1) / 2 ** 32));
+    // a pool's engine blocks serve every stream its window allocates on: no one stream is theirs
+    return id === undefined ? undefined : { stream: 0, poolId: id };
   }
 
   /** Whether a live block of pool (a, b) starts at addr; addr 0: how many live blocks it has (checkPoolLiveAllocations). */

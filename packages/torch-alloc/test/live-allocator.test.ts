@@ -172,6 +172,40 @@ describe("LiveAllocator on the host driver", () => {
   });
 });
 
+describe("vms and private pools: what a pool gives back serves the rest of the job", () => {
+  /** A warm-up that rises 256 MiB (the capture's expected need), an empty_cache (torch.cuda.graph's), a capture using 8 MiB. */
+  function capture(a: LiveAllocator): { ord: number; inPool: number } {
+    a.free(a.alloc(256 * MiB, 0));
+    a.emptyCache();
+    const ord = a.poolBegin(1, 0, true); // takes 320 MiB ahead, in 64 MiB pieces
+    const inPool = a.poolAlloc(ord, 8 * MiB, true, 0x5000);
+    a.poolEnd(ord); // the 4 pieces never touched go back to the engine
+    return { ord, inPool };
+  }
+
+  for (const driver of ["sim", "host"] as const) {
+    it(`moves the untouched reserve to a later allocation instead of making new memory (${driver})`, () => {
+      const a = new LiveAllocator({ policy: "vms", driver, checkInvariants: true });
+      const { inPool } = capture(a);
+      expect(a.stats().private_pool_calls).toMatchObject({ bytesReturned: 256 * MiB });
+      const reserved = a.stats()["reserved_bytes.all.current"] as number;
+      const x = a.alloc(200 * MiB, 0); // outside the pool
+      expect(a.stats()["reserved_bytes.all.current"]).toBe(reserved);
+      expect((a.stats().counters as Record<string, number>).movedBytes).toBeGreaterThanOrEqual(200 * MiB);
+      // the pool's block is where it was and still the pool's
+      expect(a.pools.live(1, 0, inPool)).toBe(1);
+      a.free(x);
+      a.free(inPool);
+      expect(a.poolRelease(1, 0)).toBe(64 * MiB);
+      // a pool gone: its memory serves the rest too (after the device is idle: no stream names its kernels)
+      const y = a.alloc(300 * MiB, 0); // more than the 256 MiB outside the pool's arena
+      expect(a.stats()["reserved_bytes.all.current"]).toBe(reserved);
+      a.free(y);
+      expect(a.close().leaks).toMatchObject({ reservations: 0, mappings: 0, liveBytes: 0 });
+    });
+  }
+});
+
 describe("vms with cross-stream reuse: the engine's stream rule, no event per free", () => {
   it("a free is reusable at once on its stream, on another after a wait; record_stream frees wait for events", () => {
     const lag = lagging();
@@ -270,6 +304,25 @@ describe("the recorded history's bound (recordMaxEntries)", () => {
     }
     whole.close();
     bounded.close();
+  });
+
+  it("names a private pool's memory by its pool id, never its stream key (a snapshot PyTorch's readers and ours take)", async () => {
+    for (const recordMaxEntries of [0, 50]) {
+      const a = new LiveAllocator({ policy: "vms", driver: "sim", record: true, recordMaxEntries });
+      const outside = a.alloc(8 * MiB, 0);
+      const ord = a.poolBegin(7, 0, true);
+      const inPool = [a.poolAlloc(ord, 3 * MiB, true, 0x5000), a.poolAlloc(ord, 100, true, 0x5000)];
+      a.poolEnd(ord);
+      for (let i = 0; i < 200; i++) a.free(a.alloc(MiB * (1 + (i % 5)), 0)); // history past the bound
+      const s = await readSnapshotBytes(a.snapshotBytes("p.pickle"));
+      const pooled = s.segments.filter((g) => g.poolId?.[0] === 7 && g.poolId[1] === 0);
+      expect(pooled.length).toBeGreaterThan(0);
+      expect(s.segments.every((g) => g.stream >= 0)).toBe(true);
+      expect(pooled.reduce((n, g) => n + g.allocatedSize, 0)).toBe(a.stats().private_pool_reserved_bytes); // the pool holds its engine blocks allocated
+      for (const x of inPool) a.free(x);
+      a.free(outside);
+      a.close();
+    }
   });
 
   it("refuses a bound that is not a non-negative integer", () => {

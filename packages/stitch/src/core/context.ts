@@ -38,6 +38,8 @@ export class AllocatorContext {
   integrity = false;
   /** Only new memory may be mapped in this engine call (Allocator.tryMallocMapOnly). */
   mapOnly = false;
+  /** A private pool's free memory may serve other keys (AllocatorOptions.lendPoolMemory; set by the engine before create). */
+  lendPoolMemory = false;
   /** One event per stream, re-recorded at each wait on it. */
   private readonly streamEvents = new Map<number, EventHandle>();
   /** The device was synchronized during this engine call (nothing new is queued while the engine runs). */
@@ -386,6 +388,9 @@ class PolicyView implements PolicyContext {
   }
   get integrity(): boolean {
     return this.#c.integrity;
+  }
+  get lendPoolMemory(): boolean {
+    return this.#c.lendPoolMemory;
   }
   segmentAlloc(size: number, stream: number): number {
     return this.#c.segmentAlloc(size, stream);

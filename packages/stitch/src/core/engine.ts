@@ -32,6 +32,14 @@ export interface AllocatorOptions {
    * the built-ins, whose decisions the builtin baseline proves (and which stay at full speed).
    */
   guard?: boolean;
+  /**
+   * Free memory on a private pool's stream key (a negative key) holds nothing a captured
+   * graph replays into, so a policy may move it to other keys (PolicyContext.lendPoolMemory):
+   * true for the live allocator, whose pools keep their memory allocated in the engine and
+   * free only what no graph uses (a reserve never touched, a pool gone). Default false, for
+   * replays of PyTorch's traces, where a pool's free blocks are the pool's own.
+   */
+  lendPoolMemory?: boolean;
 }
 
 /** What close() found still allocated (and freed): the caller's leak, reported, not thrown. */
@@ -108,6 +116,7 @@ export class Allocator {
     this.crossStreamReuse = typeof x === "function" ? Boolean(guard === null ? x(options) : guard.call("streams.crossStreamReuse", () => x(options))) : Boolean(x);
     this.ctx.crossStreamReuse = this.crossStreamReuse;
     this.ctx.integrity = Boolean(opts.integrity);
+    this.ctx.lendPoolMemory = opts.lendPoolMemory === true;
     this.instance = guard === null ? this.policy.create(this.ctx.policyView, options) : guard.create(options);
     const ci = opts.checkInvariants ?? false;
     this.invariants = ci === false ? null : new InvariantChecker(this, ci === true ? 4096 : ci);

@@ -56,6 +56,13 @@ export interface PolicyContext {
    * and releases no handle (vms takes no donor); the driver refuses what would.
    */
   readonly mapOnly: boolean;
+  /**
+   * Free memory on a private pool's key (a negative stream key) holds nothing a captured
+   * graph replays into, so it may move to other keys (AllocatorOptions.lendPoolMemory: the
+   * live allocator). Its kernels ran on streams the key does not name: an unmap there waits
+   * for the device (no stream mark). False: a pool's free memory stays the pool's.
+   */
+  readonly lendPoolMemory: boolean;
   /** Bytes of live plain (cudaMalloc) segments (read-only). */
   readonly plainSegmentBytes: number;
   /**

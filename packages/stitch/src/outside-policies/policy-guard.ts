@@ -366,6 +366,9 @@ class GuardedView implements PolicyContext {
   get integrity(): boolean {
     return this.#v.integrity;
   }
+  get lendPoolMemory(): boolean {
+    return this.#v.lendPoolMemory;
+  }
   segmentAlloc(size: number, stream: number): number {
     const a = this.#v.segmentAlloc(size, stream);
     if (a >= 0) {

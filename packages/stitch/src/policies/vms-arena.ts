@@ -84,13 +84,16 @@ export interface DonorOptions {
   readonly donorOrder: string;
 }
 
-/** Free handles that may move, largest first: wholly inside free mapped blocks, outside the window. */
-export function donorsFor(pool: BlockPool, o: DonorOptions, win: Arena, p: number, s: number, stream: number): Donor[] {
+/**
+ * Free handles that may move, largest first: wholly inside free mapped blocks, outside the
+ * window. `lendPool`: private pools' free memory may move too (PolicyContext.lendPoolMemory).
+ */
+export function donorsFor(pool: BlockPool, o: DonorOptions, win: Arena, p: number, s: number, stream: number, lendPool = false): Donor[] {
   const out: Donor[] = [];
   if (!o.moveFreePages) return out;
   for (const b of pool.toArray()) {
-    // A captured graph may replay into a private pool's free addresses: never move those.
-    if (b.stream < 0 || (!o.crossStream && b.stream !== stream)) continue;
+    // A captured graph may replay into a private pool's free addresses (a trace's pools): never move those.
+    if ((b.stream < 0 && !lendPool) || (!o.crossStream && b.stream !== stream)) continue;
     const a = b.segment as Arena;
     const end = b.addr + b.size;
     for (let i = a.lowerBound(b.addr); i < a.hAddr.length && a.hAddr[i]! < end; i++) {

@@ -211,7 +211,7 @@ export abstract class VmsState {
    * released.
    */
   protected releaseDonor(d: Donor): void {
-    this.unmapDonor(d, this.ctx.markStream(d.arena.stream));
+    this.unmapDonor(d, this.markOf(d.arena));
     this.ctx.releaseChunk(d.chunk);
     this.n.released++;
     this.n.releasedBytes += d.chunk.size;
@@ -224,16 +224,25 @@ export abstract class VmsState {
    * caught up): unmapped at once without a device sync. Not done: the old mapping stays on
    * the device until a later call finds the mark done (Retiring), while the handle is mapped
    * at its new place now (a handle may be mapped twice); a new stream first waits for the
-   * donor's (stream order covers the same stream). Donors come from streams' arenas only
-   * (never a private pool's), so the mark's stream is a real one.
+   * donor's (stream order covers the same stream). A private pool's arena (a negative key,
+   * lendPoolMemory only) names no stream to mark: its donors wait for the device.
    */
   protected takeDonor(d: Donor, stream: number): void {
     const s = d.arena.stream;
+    if (s < 0) {
+      this.unmapDonor(d);
+      return;
+    }
     const mark = this.ctx.markStream(s);
     // Into a private pool's arena (a negative key, no stream to make wait): the unmap waits for the mark now.
     const late = stream >= 0 && !this.ctx.markDone(mark);
     this.unmapDonor(d, mark, late);
     if (late && s !== stream) this.ctx.waitForStream(s, stream);
+  }
+
+  /** A mark of the arena's stream for an unmap there; undefined (the device is synchronized) for a private pool's key, which names none. */
+  private markOf(a: Arena): number | undefined {
+    return a.stream < 0 ? undefined : this.ctx.markStream(a.stream);
   }
 
   /**
@@ -362,7 +371,7 @@ export abstract class VmsState {
       gaps.push({ start: gapStart, end: gapEnd, roomEnd: block.addr + block.size, donors: [] });
     }
     // While only mapping is allowed (a CUDA-graph capture) no handle moves: the window gets new ones.
-    const candidates = this.ctx.mapOnly ? [] : donorsFor(this.pool, this.o, arena, windowStart, size, stream);
+    const candidates = this.ctx.mapOnly ? [] : donorsFor(this.pool, this.o, arena, windowStart, size, stream, this.ctx.lendPoolMemory);
     // Handles no larger than a share of the request, so that what later requests leave free is more often a whole handle.
     const pressureHandleCap = this.pressureCap();
     const handleCap = Math.min(this.o.maxHandleBytes, pressureHandleCap, Math.max(this.g, this.ceilG(size / this.o.handlesPerRequest)));
