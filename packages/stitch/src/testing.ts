@@ -14,7 +14,8 @@
  * teardown that leaves no handle, mapping, segment or reservation, with the driver's free
  * memory back where it was. Every allocator here runs under the engine's policy guard, the
  * built-ins' too (every block, free and segment call checked: PolicyGuard). A policy with mallocCached has a third of its mallocs asked
- * that way first, which must make no driver call on memory; a policy with peekCached is asked
+ * that way first, which must make no driver call on memory; a seventh go through tryMallocHeld
+ * first (mallocHeld, else mallocCached), which must create nothing and reserve no byte more; a policy with peekCached is asked
  * before every other malloc, which must then land where it said. No test framework needed: it
  * throws, or returns a report.
  */
@@ -108,6 +109,21 @@ function cachedMalloc(a: Allocator, size: number, stream: number): Block | null 
   return b;
 }
 
+/** tryMallocHeld (mallocHeld, else mallocCached): no byte more reserved, no handle or segment created. */
+function heldMalloc(a: Allocator, size: number, stream: number): Block | null {
+  const d = a.ctx.driver;
+  const before = d.stats().calls;
+  const reserved = a.stats.reservedBytes;
+  const b = a.tryMallocHeld(size, stream);
+  const after = d.stats().calls;
+  for (const c of ["memCreate", "memAlloc"] as const) {
+    if (after[c] !== before[c]) fail(`mallocHeld(${size}) made ${after[c] - before[c]} ${c} call(s): it must serve from memory the policy holds`);
+  }
+  if (a.stats.reservedBytes > reserved) fail(`mallocHeld(${size}) raised reserved bytes from ${reserved} to ${a.stats.reservedBytes}`);
+  if (b !== null && b.size < size) fail(`mallocHeld(${size}) returned a block of ${b.size} B`);
+  return b;
+}
+
 /** peekCached (optional): no driver call, nothing counted, and the malloc right after lands where it said. */
 function peekedMalloc(a: Allocator, size: number, stream: number): Block | null {
   const d = a.ctx.driver;
@@ -136,7 +152,10 @@ function mix(a: Allocator, r: () => number, ops: number, sizeOf: (r: () => numbe
         const n = sizeOf(r);
         const stream = streams[Math.floor(r() * streams.length)]!;
         // mallocCached (optional): served from what the policy holds, no driver call on memory
-        const b = a.servesCached && r() < 0.3 ? (cachedMalloc(a, n, stream) ?? plain(a, n, stream)) : plain(a, n, stream);
+        // mallocHeld (optional): no byte more reserved
+        const y = r();
+        const b =
+          a.servesCached && y < 0.3 ? (cachedMalloc(a, n, stream) ?? plain(a, n, stream)) : y > 0.85 ? (heldMalloc(a, n, stream) ?? plain(a, n, stream)) : plain(a, n, stream);
         if (b !== null) live.push(b);
       } else if (x < 0.9) {
         const j = Math.floor(r() * live.length);

@@ -147,6 +147,32 @@ describe("vms policy", () => {
     expect(d.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
   });
 
+  it("mallocHeld serves from free handles moved into place and never reserves a byte more (a pool's reserve)", () => {
+    const d = new SimDriver();
+    const a = new Allocator("vms", d, { options: { maxHandleBytes: 2 * MiB }, checkInvariants: 1 });
+    const blocks: Block[] = [];
+    for (let i = 0; i < 10; i++) blocks.push(a.malloc(4 * MiB));
+    for (let i = 0; i < 10; i += 2) a.free(blocks[i]!); // five 4 MiB holes: 20 MiB free in whole handles
+    const key = poolStreamKey(1, 0);
+    const creates = calls(d).memCreate;
+    // more than is free: nothing moves, nothing is made, no out-of-memory is counted
+    expect(a.tryMallocHeld(24 * MiB, key)).toBeNull();
+    expect((a.instance as VmsAllocator).counters().moved).toBe(0);
+    expect(a.stats.numOoms).toBe(0);
+    // what is free: the pool's block is stitched from the holes' handles
+    const r = a.tryMallocHeld(12 * MiB, key)!;
+    expect(r.size).toBe(12 * MiB);
+    expect((a.instance as VmsAllocator).counters().moved).toBe(6);
+    expect(calls(d).memCreate).toBe(creates);
+    expect(a.stats.reservedBytes).toBe(40 * MiB);
+    expect(a.stats.peakReservedBytes).toBe(40 * MiB);
+    // a plain malloc of what is left grows as before
+    const more = a.malloc(24 * MiB, key);
+    expect(calls(d).memCreate).toBeGreaterThan(creates);
+    a.close([r, more, ...blocks.filter((_, i) => i % 2 === 1)]);
+    expect(d.leaks()).toEqual({ reservations: 0, mappings: 0, liveBytes: 0 });
+  });
+
   it("packs small requests into small segments carved from the arena's free memory", () => {
     const d = new SimDriver();
     const a = new Allocator("vms", d, { checkInvariants: 1 });

@@ -143,7 +143,8 @@ export class LiveAllocator {
     if (!Number.isSafeInteger(reserve) || reserve < 0) throw new Error(`poolReserveBytes takes a byte count (an integer >= 0), not ${String(reserve)}`);
     // outside capture an out-of-memory may empty the caches and retry, as alloc does; during one
     // the guard lets only mapping calls through (no sync, no unmap: they would break the capture)
-    const take = (n: number, key: number, capturing: boolean): Block | null => {
+    const take = (n: number, key: number, capturing: boolean, held = false): Block | null => {
+      if (held && !capturing) return this.allocator.tryMallocHeld(n, key);
       if (capturing) {
         this.guard.capturing = true;
         try {

@@ -26,9 +26,10 @@ export interface PoolEngine {
   /**
    * An engine block of at least `size` bytes on `key`, or null when out of memory. May call the
    * driver; `capturing`: a CUDA graph is being captured, so no synchronization and no unmap (a
-   * call that would need one throws a PoolError STATUS_CAPTURE).
+   * call that would need one throws a PoolError STATUS_CAPTURE). `held`: from memory the
+   * engine holds now, no byte more reserved (Allocator.tryMallocHeld), else null.
    */
-  take(size: number, key: number, capturing: boolean): Block | null;
+  take(size: number, key: number, capturing: boolean, held?: boolean): Block | null;
   /** A block from take() back to the engine. */
   give(b: Block): void;
 }
@@ -211,21 +212,26 @@ export class PrivatePools {
     if (!window) return p.ordinal;
     this.counts.begins++;
     p.open();
-    let want = Math.max(expect, p.need, this.reserveBytes) - p.freeBytes;
-    // in pieces no smaller than the largest allocation expected: the pieces a capture never touches go back at its end
+    // In pieces no smaller than the largest allocation expected: the pieces a capture never
+    // touches go back at its end. What is expected comes only from memory the engine holds now
+    // (a guess must never raise the peak: a capture can still grow by mapping, as PyTorch's
+    // pools grow by cudaMalloc); GMLAKE_POOL_RESERVE_BYTES, asked for, is taken as new memory too.
     const piece = Math.ceil(Math.max(RESERVE_PIECE, largest) / MIN_SEGMENT) * MIN_SEGMENT;
-    while (want > 0) {
-      const n = Math.min(piece, Math.ceil(want / MIN_SEGMENT) * MIN_SEGMENT);
-      if (!this.grow(p, n, true)) break;
-      want -= p.segments[p.segments.length - 1]!.block.size;
+    for (const [target, held] of [[Math.max(expect, p.need, this.reserveBytes), true], [this.reserveBytes, false]] as const) {
+      let want = target - p.freeBytes;
+      while (want > 0) {
+        const n = Math.min(piece, Math.ceil(want / MIN_SEGMENT) * MIN_SEGMENT);
+        if (!this.grow(p, n, true, false, held)) break;
+        want -= p.segments[p.segments.length - 1]!.block.size;
+      }
     }
     return p.ordinal;
   }
 
-  /** A block taken from the engine for p; `halving`: on out of memory, try half (down to MIN_SEGMENT). */
-  private grow(p: Pool, bytes: number, halving: boolean, capturing = false): boolean {
+  /** A block taken from the engine for p; `halving`: on out of memory, try half (down to MIN_SEGMENT); `held`: PoolEngine.take's. */
+  private grow(p: Pool, bytes: number, halving: boolean, capturing = false, held = false): boolean {
     for (let n = bytes; n >= Math.min(bytes, MIN_SEGMENT); n = Math.floor(n / 2 / MIN_SEGMENT) * MIN_SEGMENT) {
-      const blk = this.engine.take(n, p.streamKey, capturing);
+      const blk = this.engine.take(n, p.streamKey, capturing, held);
       if (blk !== null) {
         p.addSegment(blk);
         this.counts.segmentsTaken++;
@@ -300,8 +306,9 @@ export class PrivatePools {
       const s = p.segments[i]!;
       if (!s.touched) {
         p.segments.splice(i, 1);
-        this.engine.give(s.block);
+        // the size before the give: the engine's free merges the block with its free neighbours
         this.counts.bytesReturned += s.block.size;
+        this.engine.give(s.block);
       }
     }
   }
@@ -393,8 +400,8 @@ export class PrivatePools {
   private dispose(p: Pool): number {
     let n = 0;
     for (const s of p.segments) {
+      n += s.block.size; // before the give, which may merge the block into its neighbours
       this.engine.give(s.block);
-      n += s.block.size;
     }
     p.segments.length = 0;
     this.byKey.delete(p.key);

@@ -189,6 +189,24 @@ export class Allocator {
     return b === null ? null : this.served(b, size, stream);
   }
 
+  /**
+   * Allocate `size` bytes on `stream` from memory the policy holds now, with no byte more
+   * reserved (PolicyInstance.mallocHeld, else mallocCached); null when it cannot, with nothing
+   * recorded or counted as an out-of-memory.
+   */
+  tryMallocHeld(size: number, stream = 0): Block | null {
+    this.checkMallocArgs(size, stream);
+    const inst = this.instance;
+    const name = typeof inst.mallocHeld === "function" ? "mallocHeld" : "mallocCached";
+    const m = inst[name];
+    if (m === undefined) return null;
+    this.ctx.beginCall();
+    if (this.deferred.length > 0) this.completeDeferred(false);
+    const g = this.guard;
+    const b = g === null ? m.call(inst, size, stream) : g.accept(g.call(name, () => m.call(inst, size, stream)), size, stream, name);
+    return b === null ? null : this.served(b, size, stream);
+  }
+
   /** The policy can say where a malloc would land (PolicyInstance.peekCached). */
   get peeks(): boolean {
     return typeof this.instance.peekCached === "function";

@@ -28,6 +28,14 @@ export interface PolicyInstance {
    */
   mallocCached?(size: number, stream: number): Block | null;
   /**
+   * Optional: serve `size` on `stream` from memory the policy holds now, with no byte more
+   * reserved: a fit, or (a policy that moves memory) free memory remapped into place; no
+   * handle or segment is created. Null when it cannot. The engine falls back to mallocCached
+   * without it. @gmlake/torch-alloc takes a CUDA-graph pool's reserve this way, so that memory
+   * taken ahead of a capture never raises the peak.
+   */
+  mallocHeld?(size: number, stream: number): Block | null;
+  /**
    * Optional: the address malloc(size, stream) would hand out now, when it would serve it from
    * this stream's free memory with no driver call and no wait on another stream; null when it
    * would do anything else. Changes nothing: the same malloc right after returns a block at

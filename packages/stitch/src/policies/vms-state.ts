@@ -347,6 +347,9 @@ export abstract class VmsState {
     return share >= this.o.maxHandleBytes ? Infinity : Math.max(this.g, this.floorG(share));
   }
 
+  /** This grow may only move free handles into its window (mallocHeld): nothing created, nothing released. */
+  protected heldOnly = false;
+
   protected grow(size: number, stream: number, tail: boolean): Block | null {
     this.n.grows++;
     this.settleRetiring(false);
@@ -398,6 +401,14 @@ export abstract class VmsState {
           pick.used = true;
           gap.donors.push(pick);
         }
+      }
+    }
+    if (this.heldOnly) {
+      // before anything moved: the donors cover every gap, or this grow does nothing
+      for (const gap of gaps) {
+        let got = 0;
+        for (const donor of gap.donors) got += donor.chunk.size;
+        if (got < gap.end - gap.start) return null;
       }
     }
     // What the gaps still need must fit in the capacity: if it does not, free handles that

@@ -37,6 +37,25 @@ export class VmsAllocator extends VmsState implements PolicyInstance {
   }
 
   /**
+   * malloc with no byte more reserved (PolicyInstance.mallocHeld): a fit, else a grow whose
+   * window is filled by free handles moved from elsewhere only (no new handle, none released).
+   * Small requests and a capture (no handle may move then): mallocCached.
+   */
+  mallocHeld(size: number, stream: number): Block | null {
+    const rounded = roundSize(size, this.rp2);
+    if (rounded <= kSmallSize || this.ctx.mapOnly) return this.mallocCached(size, stream);
+    const b = this.mallocLarge(rounded, stream, true);
+    if (b !== null) return b;
+    this.heldOnly = true;
+    try {
+      // the open end of the arena too, where a donor larger than the gap still fits
+      return this.grow(rounded, stream, false) ?? this.grow(rounded, stream, true);
+    } finally {
+      this.heldOnly = false;
+    }
+  }
+
+  /**
    * Where malloc would serve from this stream's pools without a grow or another stream's block
    * (PolicyInstance.peekCached): a small request with no small block left takes a new small
    * segment from the front of the large pool's fit (mallocSmall, mallocLarge), so that answer
