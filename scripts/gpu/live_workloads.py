@@ -6,7 +6,7 @@ llama1b_fsdp, llama1b_lora, opt1b_generate), plus the project's own workloads wh
 buffers change size every step (qwen_lora_bigvocab, gpt2_offload, moe_ft, gpt2_microbatch).
 
 usage: python3 live_workloads.py NAME --allocator A [--steps N] [--record PATH] [--sampler SO] [--rep N]
-                                [--profile-steps I,J]
+                                [--profile-steps I,J] [--busy-core odd|even]
   A = pytorch              PyTorch's default caching allocator
       pytorch-expandable   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
       ours:POLICY[,k=v...] the stitching engine in this process (packages/torch-alloc)
@@ -19,6 +19,9 @@ usage: python3 live_workloads.py NAME --allocator A [--steps N] [--record PATH] 
   --profile-steps I,J  those steps under torch.profiler (CUDA activity): per step the time in
                   kernels and copies, the GPU's busy and idle time, the costliest kernels
                   (kernel_profile.py); a profiled step's wall time is tagged, not comparable
+  --busy-core odd|even  a second process keeps one CPU core busy during the odd (or even) steps
+                  only, as our engine's JS thread would while it spins: what one busy core
+                  beside the job costs a step on this machine (interference.py pairs the runs)
 
 Measured: per step the wall time, the loss (training) or a checksum of the tokens
 (generation) and the sampled peak of device memory in use; the allocator's own peaks. With
@@ -37,6 +40,7 @@ ap.add_argument("--record", default=None)
 ap.add_argument("--sampler", default=None)
 ap.add_argument("--rep", type=int, default=None)
 ap.add_argument("--profile-steps", default="")
+ap.add_argument("--busy-core", choices=["odd", "even"], default=None)
 args = ap.parse_args()
 try:
     profile_steps = {int(x) for x in args.profile_steps.split(",") if x.strip()}
@@ -107,6 +111,29 @@ steps_out = []
 
 
 profiler = None  # the running torch.profiler of a profiled step
+# CPU time at the step's start: the main (launching) thread's and the whole process's (which
+# holds our engine's JS thread too): a step whose main thread is busy for most of its wall time
+# is bound by the host, not the GPU
+step_cpu = [0.0, 0.0]
+
+
+busy = None  # --busy-core's process: stopped (SIGSTOP) except during its steps
+
+
+def busy_core(on):
+    global busy
+    import signal
+    import subprocess
+    if busy is None:
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        os.kill(busy.pid, signal.SIGSTOP)
+        import atexit
+        atexit.register(busy.kill)
+    os.kill(busy.pid, signal.SIGCONT if on else signal.SIGSTOP)
+
+
+def busy_step(i):
+    return args.busy_core is not None and (i % 2 == 1) == (args.busy_core == "odd")
 
 
 def step_begin():
@@ -119,6 +146,9 @@ def step_begin():
         torch.cuda.synchronize()
         profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
         profiler.__enter__()
+    if args.busy_core is not None:
+        busy_core(busy_step(len(steps_out)))
+    step_cpu[:] = [time.thread_time(), time.process_time()]
     return time.perf_counter()
 
 
@@ -158,7 +188,10 @@ def step_end(t0, value):
     global profiler
     torch.cuda.synchronize()
     s = time.perf_counter() - t0
-    out = {"s": s, "value": value, "peak_used": int(sampler.peak_used()) if sampler is not None else None}
+    out = {"s": s, "value": value, "peak_used": int(sampler.peak_used()) if sampler is not None else None,
+           "cpu": time.thread_time() - step_cpu[0], "proc_cpu": time.process_time() - step_cpu[1]}
+    if busy is not None:
+        busy_core(False)  # stopped outside the steps' clocks
     if profiler is not None:
         import tempfile
         import kernel_profile
@@ -324,6 +357,9 @@ def main():
         "workload": args.name, "allocator": args.allocator + (f" [{label}]" if label else ""), "steps": len(steps_out),
         "median_step_s": times[len(times) // 2], "wall_s": wall,
         "values": [s["value"] for s in steps_out], "step_s": [s["s"] for s in steps_out],
+        "step_cpu_s": [round(s["cpu"], 6) for s in steps_out], "step_proc_cpu_s": [round(s["proc_cpu"], 6) for s in steps_out],
+        "cpus_allowed": len(os.sched_getaffinity(0)),
+        "busy_steps": [i for i in range(len(steps_out)) if busy_step(i)],
         "used_before_bytes": total - free0,
         "peak_used_bytes": max(used) if used else None,
         "samples": int(sampler.samples()) if sampler is not None else None,

@@ -10,7 +10,8 @@
 #   CUDAAllocator, built here first), ROUNDS (5), STEPS (24), WARMUP (3), ORDER (rotate|fixed),
 #   PRIME (1: one run per workload before round 1, not counted: the file cache and torch.compile's
 #   cache warm for every allocator alike; 0: none), TOTAL (seconds for the whole call, default
-#   570: step_time.py gets what setup left), PYTHON (python3).
+#   570: step_time.py gets what setup left), PIN (a CPU list every run is pinned to, e.g. 0-7),
+#   PYTHON (python3).
 # Out ($OUT): step-time.md, step-time.json (every run's step times); merge calls with
 #   python3 scripts/gpu/step_time.py report A/step-time.json B/step-time.json --out DIR
 set -uo pipefail
@@ -51,4 +52,4 @@ fi
 left=$((total - ($(date +%s) - t0) - 10))
 exec "$python" scripts/gpu/step_time.py --workloads "${WORKLOADS:-gpt2_ft}" --allocators "$allocators" \
   --rounds "${ROUNDS:-5}" --steps "${STEPS:-24}" --warmup "${WARMUP:-3}" --order "${ORDER:-rotate}" \
-  --time-limit "$left" --out "$OUT" --python "$python" $prime
+  --time-limit "$left" --out "$OUT" --python "$python" $prime ${PIN:+--pin "$PIN"}

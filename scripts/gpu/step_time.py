@@ -6,6 +6,7 @@ and to expandable_segments with theirs, and the first steps (warm-up) on their o
 
 usage: python3 step_time.py [--workloads W,...] [--allocators A,...] [--rounds N] [--steps N]
                             [--warmup N] [--time-limit S] [--out DIR] [--python PY] [--order rotate|fixed]
+                            [--pin CPUS]
        python3 step_time.py report RESULT.json [RESULT.json ...] [--out DIR]   (merges calls)
        python3 step_time.py child gpt2_124m_compile --allocator A --steps N [--rep R]
 
@@ -18,6 +19,8 @@ usage: python3 step_time.py [--workloads W,...] [--allocators A,...] [--rounds N
   rounds     default 5; each round runs every allocator once per workload, in an order rotated
              by one each round (round r starts at the r-th), so no allocator always runs first
   steps      default 24 per run; warmup default 3: the mean is over the steps after them
+  --pin      a CPU list (0-7, 0,2,4-6) every run is pinned to: the same cores and memory node each
+             run (default: the CPUs this process may use, as the scheduler places them)
   --no-prime without the one uncounted run per workload before round 1 (round 0: by default it
              warms the file cache and torch.compile's on-disk cache, so round 1 is not the cold one)
   time-limit seconds for the whole call (default 540): a run that would not fit (its estimate:
@@ -143,6 +146,12 @@ def summarize(runs, warmup, allocators):
                 vals = [r["step_s"][i] for r in mine.values() if len(r["step_s"]) > i]
                 firsts.append(mean(vals) if vals else None)
             row["first_steps_s"] = firsts
+            # the launching thread's CPU time per step after warm-up, as a share of the step's wall
+            # time (near 1: the host bounds the step), and the whole process's (our JS thread too)
+            for key, name in (("step_cpu_s", "main_cpu_share"), ("step_proc_cpu_s", "process_cpu_share")):
+                shares = [sum(r[key][warmup:]) / sum(r["step_s"][warmup:]) for r in mine.values()
+                          if r.get(key) and len(r[key]) == len(r["step_s"]) and sum(r["step_s"][warmup:]) > 0]
+                row[name] = mean(shares) if shares else None
             peaks = sorted(r["peak_reserved_bytes"] for r in mine.values() if r.get("peak_reserved_bytes"))
             row["peak_reserved_bytes"] = peaks[len(peaks) // 2] if peaks else None
             out.append(row)
@@ -163,10 +172,12 @@ def markdown(doc):
               f"({st['order']} order{', after one uncounted run per workload' if st.get('prime') else ''}), the same seeds "
               f"in every run; mean over the steps after the first {st['warmup']} "
               f"of each run, then over runs (95% t-interval). Ratios: mean(x) / mean(reference) over the rounds both "
-              f"completed, Fieller's 95% interval for paired means. Steps 1-3: their mean over runs (warm-up).", ""]
+              f"completed, Fieller's 95% interval for paired means. Steps 1-3: their mean over runs (warm-up). CPU: the "
+              f"launching thread's CPU time over the measured steps' wall time, and the whole process's (our engine's "
+              f"thread too){'; every run pinned to CPUs ' + st['pin'] if st.get('pin') else ''}.", ""]
     for w in sorted({r["workload"] for r in doc["summary"]}, key=lambda w: WORKLOADS.index(w) if w in WORKLOADS else 99):
         lines += [f"## {w}", "", "| allocator | runs | mean step s (95% CI) | vs pytorch (95% CI) | vs expandable (95% CI) | "
-                  "steps 1 / 2 / 3 s | peak reserved GiB |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "steps 1 / 2 / 3 s | CPU main / process | peak reserved GiB |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in (x for x in doc["summary"] if x["workload"] == w):
             cells = [r["allocator"], str(r["runs"]), f"{r['mean_step_s']:.4f} ({fmt_ci(*r['ci95'], 4)})"]
             for ref in REFS:
@@ -174,6 +185,8 @@ def markdown(doc):
                 cells.append("self" if r["allocator"] == ref else "-" if v is None else
                              f"{v['ratio']:.3f} ({fmt_ci(*v['ci95'], 3)})" + ("" if v["rounds"] == r["runs"] else f", {v['rounds']} rounds"))
             cells.append(" / ".join("-" if x is None else f"{x:.3f}" for x in r["first_steps_s"]))
+            mc, pc = r.get("main_cpu_share"), r.get("process_cpu_share")
+            cells.append("-" if mc is None else f"{mc:.2f} / {pc:.2f}")
             cells.append("-" if r["peak_reserved_bytes"] is None else f"{r['peak_reserved_bytes'] / 2**30:.2f}")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
@@ -237,14 +250,30 @@ def on_term(doc, out_dir):
     return handler
 
 
-def one_run(py, workload, spec, steps, rnd, limit):
+def parse_cpus(text):
+    """--pin's CPU list ("0-7", "0,2,4-6") as a set of CPU numbers this process may run on."""
+    cpus = set()
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            raise Bad(f"--pin {text!r}: a CPU list like 0-7 or 0,2,4-6")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    allowed = os.sched_getaffinity(0)
+    if not cpus <= allowed:
+        raise Bad(f"--pin {text!r}: CPUs {sorted(cpus - allowed)} are not this process's (it may use {len(allowed)})")
+    return cpus
+
+
+def one_run(py, workload, spec, steps, rnd, limit, pin=None):
     allocator, env_extra = parse_allocator(spec)
     env = dict(os.environ, **env_extra)
     t0 = time.perf_counter()
     rec = {"workload": workload, "allocator": spec, "round": rnd}
     # a session of its own: at the limit the whole group goes (torch.compile's worker processes too)
+    # --pin: every run on the same CPUs (the same cores and memory node each time)
+    pre = (lambda: os.sched_setaffinity(0, pin)) if pin else None
     p = subprocess.Popen(command(py, workload, allocator, steps, rnd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env, start_new_session=True)
+                         env=env, start_new_session=True, preexec_fn=pre)
     RUNNING[0] = p.pid
     try:
         out, err = p.communicate(timeout=limit)
@@ -266,7 +295,8 @@ def one_run(py, workload, spec, steps, rnd, limit):
         st = result.get("engine") or {}
         rec.update(ok=True, step_s=result["step_s"], values=result.get("values"), wall_s=result.get("wall_s"),
                    peak_reserved_bytes=result.get("peak_reserved_bytes") or st.get("reserved_bytes.all.peak"),
-                   torch=result.get("torch"), gpu=result.get("gpu"))
+                   torch=result.get("torch"), gpu=result.get("gpu"), step_cpu_s=result.get("step_cpu_s"),
+                   step_proc_cpu_s=result.get("step_proc_cpu_s"), cpus_allowed=result.get("cpus_allowed"))
     else:
         tail = [l for l in (err or "").strip().splitlines() if l.strip()]
         rec.update(ok=False, rc=rc, error=(tail[-1] if tail else f"exit {rc}, no RESULT line")[:300])
@@ -287,10 +317,12 @@ def main_run(args):
         raise Bad("--rounds and --steps must be >= 1, --warmup >= 0, --time-limit > 0")
     if args.steps <= args.warmup:
         raise Bad(f"--steps ({args.steps}) must be more than --warmup ({args.warmup}): no step would be measured")
+    pin = parse_cpus(args.pin) if args.pin else None
     deadline = time.monotonic() + args.time_limit
     call = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     doc = {"settings": {"date": call, "workloads": workloads, "allocators": allocators, "rounds": args.rounds, "steps": args.steps,
-                        "warmup": args.warmup, "order": args.order, "time_limit_s": args.time_limit, "prime": args.prime},
+                        "warmup": args.warmup, "order": args.order, "time_limit_s": args.time_limit, "prime": args.prime,
+                        "pin": args.pin},
            "runs": [], "summary": [], "skipped": []}
     plan = []
     for w in workloads:  # a workload's rounds before the next workload: each call gives whole workloads
@@ -309,7 +341,7 @@ def main_run(args):
                                  f"estimate; {len(plan) - i} of {len(plan)} runs not started (listed at the end)")
             break
         print(f"step_time: {w} {a} round {rnd} ({i + 1}/{len(plan)}, {left:.0f} s left)", flush=True)
-        rec = one_run(args.python, w, a, args.steps, rnd, max(1.0, left))
+        rec = one_run(args.python, w, a, args.steps, rnd, max(1.0, left), pin)
         rec["call"] = call
         doc["runs"].append(rec)
         if rec["ok"]:
@@ -468,6 +500,7 @@ def main(argv):
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--python", default=os.environ.get("PYTHON", sys.executable))
     ap.add_argument("--order", choices=["rotate", "fixed"], default="rotate")
+    ap.add_argument("--pin", default=None, help="CPU list every run is pinned to (taskset's form: 0-7 or 0,2,4-6)")
     ap.add_argument("--first-estimate", type=float, default=None,
                     help="seconds a workload's first run is taken to need (default: the H200's, FIRST_COST)")
     ap.add_argument("--no-prime", dest="prime", action="store_false",

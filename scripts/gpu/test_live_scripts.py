@@ -7,6 +7,7 @@ driver-time-fresh.sh on the sim driver (needs the packages built).
 usage: python3 scripts/gpu/test_live_scripts.py   (from the repository root or anywhere)
 """
 import json
+import math
 import os
 import shutil
 import signal
@@ -973,6 +974,8 @@ w = a[2] if a[1] == "child" else a[1]
 alloc, steps, rep = a[a.index("--allocator") + 1], int(a[a.index("--steps") + 1]), int(a[a.index("--rep") + 1])
 with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(json.dumps([w, rep, alloc, os.environ.get("GMLAKE_INTERFACE")]) + "\n")
+with open(os.environ["FAKE_LOG"] + ".cpus", "a") as f:
+    f.write(json.dumps(sorted(os.sched_getaffinity(0))) + "\n")
 if os.environ.get("FAKE_FAIL") == alloc:
     sys.exit("boom: " + alloc)
 with open(os.environ["FAKE_LOG"] + ".pid", "w") as f:
@@ -981,7 +984,9 @@ time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
 base = {"pytorch": 0.200, "pytorch-expandable": 0.202}.get(alloc, 0.2015 if os.environ.get("GMLAKE_INTERFACE") == "native" else 0.210)
 noise = [0.0, 0.004, -0.002, 0.003, -0.001, 0.002][rep % 6]
 st = [1.5 + rep, 0.5, 0.3] + [base + noise + 0.001 * (i % 2) for i in range(steps - 3)]
-print("RESULT " + json.dumps({"workload": w, "allocator": alloc, "step_s": st, "peak_reserved_bytes": 3 << 30, "gpu": "fake", "torch": "fake"}))
+# the launching thread busy half of each step, the process three quarters
+print("RESULT " + json.dumps({"workload": w, "allocator": alloc, "step_s": st, "step_cpu_s": [x / 2 for x in st],
+                              "step_proc_cpu_s": [x * 0.75 for x in st], "peak_reserved_bytes": 3 << 30, "gpu": "fake", "torch": "fake"}))
 PY
 fi
 if [ "$1" = -m ] && [ "$2" = gmlake_torch ] && [ "$3" = build-cuda-allocator ]; then
@@ -999,6 +1004,14 @@ def fake_python(d, text):
         f.write(text)
     os.chmod(py, 0o755)
     return py
+
+
+def report_files(d, stem):
+    """A report's STEM.json (parsed) and STEM.md in folder d, or (None, None) when none was written."""
+    if not os.path.exists(os.path.join(d, stem + ".json")):
+        return None, None
+    with open(os.path.join(d, stem + ".json")) as f, open(os.path.join(d, stem + ".md")) as g:
+        return json.load(f), g.read()
 
 
 def expected_run_mean(alloc, rep, steps, native=False):
@@ -1090,12 +1103,7 @@ class StepTime(unittest.TestCase):
             e = dict(os.environ, FAKE_LOG=os.path.join(d, "log"), **(env or {}))
             p = subprocess.run([sys.executable, os.path.join(HERE, "step_time.py"), *argv, "--python", py, "--out", d],
                                capture_output=True, text=True, env=e, timeout=120)
-            doc = md = None
-            if os.path.exists(os.path.join(d, "step-time.json")):
-                with open(os.path.join(d, "step-time.json")) as f:
-                    doc = json.load(f)
-                with open(os.path.join(d, "step-time.md")) as f:
-                    md = f.read()
+            doc, md = report_files(d, "step-time")
             log = []
             if os.path.exists(os.path.join(d, "log")):
                 with open(os.path.join(d, "log")) as f:
@@ -1135,6 +1143,36 @@ class StepTime(unittest.TestCase):
         self.assertIn("| self |", md)
         self.assertIn("## gpt2_124m_compile", md)
         self.assertNotIn("Incomplete", md)
+
+    def test_pin_puts_every_run_on_the_cpus_named_and_the_cpu_shares_are_reported(self):
+        cpu = min(os.sched_getaffinity(0))
+        with tempfile.TemporaryDirectory() as d:
+            py = fake_python(d, FAKE_STEP_PYTHON)
+            e = dict(os.environ, FAKE_LOG=os.path.join(d, "log"))
+            p = subprocess.run([sys.executable, os.path.join(HERE, "step_time.py"), "--workloads", "gpt2_ft", "--allocators",
+                                "pytorch,ours:vms", "--rounds", "2", "--steps", "6", "--pin", str(cpu), "--python", py, "--out", d],
+                               capture_output=True, text=True, env=e, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(os.path.join(d, "log.cpus")) as f:
+                self.assertEqual([json.loads(l) for l in f], [[cpu]] * 5)  # the prime run and 2 rounds x 2
+            with open(os.path.join(d, "step-time.json")) as f:
+                doc = json.load(f)
+            with open(os.path.join(d, "step-time.md")) as f:
+                md = f.read()
+        self.assertEqual(doc["settings"]["pin"], str(cpu))
+        row = next(r for r in doc["summary"] if r["allocator"] == "ours:vms")
+        self.assertAlmostEqual(row["main_cpu_share"], 0.5)
+        self.assertAlmostEqual(row["process_cpu_share"], 0.75)
+        self.assertIn("| 0.50 / 0.75 |", md)
+        self.assertIn(f"every run pinned to CPUs {cpu}", md)
+
+    def test_a_bad_pin_is_one_line(self):
+        for pin, want in (("x", "a CPU list like 0-7"), ("3-1", "a CPU list like 0-7"), ("100000", "are not this process's")):
+            p, _, _, log = self.run_step_time("--workloads", "gpt2_ft", "--allocators", "pytorch", "--pin", pin)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(want, p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertEqual(log, [])
 
     def test_the_time_limit_writes_what_it_has(self):
         p, doc, md, log = self.run_step_time("--workloads", "gpt2_ft", "--allocators", "pytorch,ours:vms", "--rounds", "20",
@@ -2162,6 +2200,62 @@ class MultiGpu(unittest.TestCase):
             self.assertEqual(len(r["p"].stderr.strip().splitlines()), 1, r["p"].stderr)
             self.assertIn(want, r["p"].stderr)
             self.assertEqual(r["log"], [], "nothing ran")
+
+
+
+# interference.py's PYTHON: step i takes 0.1 + 0.01 x (i % 5) s (the same shapes in every run),
+# x FAKE_RUN_FACTOR (the machine's noise: another factor per run), x 1.03 on a busy step.
+FAKE_BUSY_PYTHON = r'''#!/usr/bin/env bash
+exec python3 - "$@" <<'PY'
+import json, os, sys
+a = sys.argv[1:]
+steps, busy = int(a[a.index("--steps") + 1]), a[a.index("--busy-core") + 1]
+n = int(open(os.environ["FAKE_N"]).read()) if os.path.exists(os.environ["FAKE_N"]) else 0
+open(os.environ["FAKE_N"], "w").write(str(n + 1))
+if os.environ.get("FAKE_FAIL_RUN") == str(n):
+    sys.exit("boom")
+factor = [1.0, 1.1, 0.92, 1.05][n % 4]
+on = [i for i in range(steps) if (i % 2 == 1) == (busy == "odd")]
+st = [(0.1 + 0.01 * (i % 5)) * factor * (1.03 if i in on else 1.0) for i in range(steps)]
+print("RESULT " + json.dumps({"step_s": st, "busy_steps": on}))
+PY
+'''
+
+
+class Interference(unittest.TestCase):
+    def run_it(self, *argv, env=None):
+        with tempfile.TemporaryDirectory() as d:
+            py = fake_python(d, FAKE_BUSY_PYTHON)
+            p = subprocess.run([sys.executable, os.path.join(HERE, "interference.py"), *argv, "--python", py, "--out", d],
+                               capture_output=True, text=True, env=dict(os.environ, FAKE_N=os.path.join(d, "n"), **(env or {})),
+                               timeout=120)
+            return (p, *report_files(d, "interference"))
+
+    def test_the_busy_core_cost_is_found_through_run_to_run_noise(self):
+        # runs differ by up to 18% (their factors), a busy step costs 3%: the ratio is 1.03 whatever the factors
+        p, doc, md = self.run_it("--pairs", "2", "--steps", "10", "--warmup", "2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        s = doc["summary"]
+        self.assertEqual(s["steps"], 16)
+        self.assertEqual([[r["busy"] for r in pair] for pair in doc["pairs"]], [["odd", "even"]] * 2)
+        # each pair's two runs ran 1.0 / 1.1 and 1.05 / 0.92 times as fast as each other: cancelled
+        self.assertAlmostEqual(s["ratio"], 1.03, places=9)
+        self.assertEqual(s["pair_ratios"], [1.03, 1.03])
+        self.assertAlmostEqual(s["ci95"][0], 1.03, places=9)  # no noise inside a run: no spread
+        self.assertIn(f"**step time with a busy core / without: {s['ratio']:.4f}", md)
+
+    def test_a_failed_run_leaves_its_pair_out(self):
+        p, doc, md = self.run_it("--pairs", "2", "--steps", "10", "--warmup", "2", env={"FAKE_FAIL_RUN": "1"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["summary"]["steps"], 8)
+        self.assertIn("boom", md)
+
+    def test_bad_input_is_one_line(self):
+        p, doc, _ = self.run_it("--steps", "3", "--warmup", "2")
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn("--steps at least --warmup + 2", p.stderr)
+        self.assertIsNone(doc)
 
 
 if __name__ == "__main__":
