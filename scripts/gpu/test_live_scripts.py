@@ -2258,5 +2258,18 @@ class Interference(unittest.TestCase):
         self.assertIsNone(doc)
 
 
+
+class SpinProbe(unittest.TestCase):
+    def test_bad_input_is_one_line_and_runs_nothing(self):
+        for env, want in (({"STEPS": "4"}, "STEPS must be a whole number above 4"), ({"REPS": "0"}, "REPS a positive one")):
+            with tempfile.TemporaryDirectory() as d:
+                p = subprocess.run(["bash", os.path.join(HERE, "spin-probe.sh")], capture_output=True, text=True,
+                                   env=dict(os.environ, OUT=d, **env), timeout=60)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn(want, p.stderr)
+                self.assertEqual(os.listdir(d), [])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -1458,16 +1458,20 @@ def snapshot_paths():
         got = []
         reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
         reader.start()
+        probe = None
         for _ in range(500):  # until the reader has it open: a FIFO with no reader is refused
             try:
-                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-                os.close(fd)
+                probe = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
                 break
             except OSError:
                 time.sleep(0.01)
+        # the probe's write end stays open until the snapshot is written: closed sooner, the
+        # reader would see the end of the FIFO (no writer left) and go before the snapshot came
         try:
             gmlake_torch.snapshot(fifo)
         finally:
+            if probe is not None:
+                os.close(probe)
             reader.join(30)
         if not stat.S_ISFIFO(os.lstat(fifo).st_mode) or not got or not is_pickle(got[0]):
             return f"a FIFO: {stat.filemode(os.lstat(fifo).st_mode)}, the reader got {len(got[0]) if got else 0} bytes, not a snapshot"
