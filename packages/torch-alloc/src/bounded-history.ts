@@ -12,7 +12,7 @@
  * each event is folded into the base once, when it drops out, so the cost per recorded
  * event stays constant and the memory at most 1.5x the bound.
  */
-import { EventLog, LiveEffect, deriveSegments, liveEffect, type EventKind, type SegmentState, type StreamOf } from "@gmlake/trace";
+import { EventLog, LiveEffect, cutRange, deriveSegments, liveEffect, type EventKind, type SegmentState, type StreamOf } from "@gmlake/trace";
 
 /** The default bound on recorded events (about 38 bytes each, up to 1.5x this before a compaction). */
 export const DEFAULT_RECORD_MAX_ENTRIES = 1_000_000;
@@ -75,17 +75,23 @@ function copyRows(from: EventLog, start: number, end: number, to: EventLog): voi
 
 /** The rows of base + log[0, drop) whose effect on the live state is not undone within them, in order. */
 function fold(base: EventLog, log: EventLog, drop: number): EventLog {
-  // row numbers: base rows first (0 .. base.length-1), then the dropped log rows
-  const segs = new Map<string, number>();
+  // row numbers: base rows first (0 .. base.length-1), then the dropped log rows. A segment's
+  // entry keeps the part of its row's range still live: an unmap may take part of a mapped run,
+  // and what is left is written as that row with the range narrowed.
+  const segs = new Map<string, { row: number; device: number; addr: number; size: number }>();
   const blocks = new Map<string, number>();
   const pending = new Map<string, number>();
   const visit = (from: EventLog, i: number, row: number): void => {
     const effect = liveEffect(from.kind[i]!);
     if (effect === LiveEffect.none) return;
-    const key = `${from.device[i]}:${from.addr[i]}`;
-    if (effect === LiveEffect.segmentOn) segs.set(key, row);
-    else if (effect === LiveEffect.segmentOff) segs.delete(key);
-    else if (effect === LiveEffect.blockPending) {
+    const device = from.device[i]!, addr = from.addr[i]!, size = from.size[i]!;
+    const key = `${device}:${addr}`;
+    if (effect === LiveEffect.segmentOn) segs.set(key, { row, device, addr, size });
+    else if (effect === LiveEffect.segmentOff) {
+      const seg = segs.get(key);
+      if (seg !== undefined && seg.size === size) segs.delete(key);
+      else cutRange(segs, device, addr, size);
+    } else if (effect === LiveEffect.blockPending) {
       if (blocks.has(key)) pending.set(key, row);
     } else {
       pending.delete(key);
@@ -95,11 +101,12 @@ function fold(base: EventLog, log: EventLog, drop: number): EventLog {
   };
   for (let i = 0; i < base.length; i++) visit(base, i, i);
   for (let i = 0; i < drop; i++) visit(log, i, base.length + i);
-  const keep = [...segs.values(), ...blocks.values(), ...pending.values()].sort((a, b) => a - b);
+  const keep: { row: number; addr?: number; size?: number }[] = [...segs.values(), ...[...blocks.values(), ...pending.values()].map((row) => ({ row }))];
+  keep.sort((a, b) => a.row - b.row || (a.addr ?? 0) - (b.addr ?? 0));
   const out = new EventLog(Math.max(64, keep.length));
-  for (const row of keep) {
-    if (row < base.length) copyRows(base, row, row + 1, out);
-    else copyRows(log, row - base.length, row - base.length + 1, out);
+  for (const k of keep) {
+    const [from, i] = k.row < base.length ? [base, k.row] : [log, k.row - base.length];
+    out.push(from.kind[i]! as EventKind, k.addr ?? from.addr[i]!, k.size ?? from.size[i]!, from.stream[i]!, from.device[i]!, from.timeUs[i]!, from.aux[i]!);
   }
   return out;
 }

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
 import { readSnapshotBytes, recordedBy } from "@gmlake/torch-trace";
+import { EventKind } from "@gmlake/trace";
 import { afterAll, describe, expect, it } from "vitest";
 
 import { LiveAllocator, coerceKnobs, createBridge, parseKnobText } from "../src/index.js";
@@ -316,6 +317,41 @@ describe("the recorded history's bound (recordMaxEntries)", () => {
     }
     whole.close();
     bounded.close();
+  });
+
+  it("a snapshot's segments are what is mapped when vms moves handles out of runs it mapped at once (whole or bounded)", async () => {
+    // vms unmaps a handle at the start of a run it mapped in one call: the rest of the run stays
+    // mapped, and a live block there is inside a segment, never one of its own beside another
+    let seed = 7;
+    const rnd = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const sizes = [1, 2, 3, 5, 9, 17, 40];
+    // the host driver (memfd pages): vms moves handles there (on sim, with more memory, it creates)
+    const runs: LiveAllocator[] = [0, 100].map((recordMaxEntries) => new LiveAllocator({ policy: "vms", driver: "host", record: true, recordMaxEntries }));
+    const got = [];
+    for (const a of runs) {
+      seed = 7;
+      const live: number[] = [];
+      for (let i = 0; i < 600; i++) {
+        if (live.length > 0 && rnd() < 0.4) a.free(live.splice(Math.floor(rnd() * live.length), 1)[0]!);
+        else live.push(a.alloc(sizes[Math.floor(rnd() * sizes.length)]! * MiB + Math.floor(rnd() * 2048) * 512, 0));
+      }
+      const s = await readSnapshotBytes(a.snapshotBytes("m.pickle")); // refuses overlapping segments
+      expect(s.segments.reduce((n, g) => n + g.totalSize, 0)).toBe(a.stats()["reserved_bytes.all.current"]);
+      // each host allocator reserves its own addresses: compared from its first segment on
+      const base = s.segments[0]!.address;
+      got.push(s.segments.map((g) => ({ ...g, address: g.address - base, blocks: g.blocks.map((b) => ({ ...b, address: b.address - base })) })));
+    }
+    // the case is there: an unmap that takes the start of a run mapped whole, not all of it
+    const w = await readSnapshotBytes(runs[0]!.snapshotBytes("w.pickle"), { reconstruct: false });
+    const mapped = new Map<number, number>();
+    let partial = 0;
+    for (let i = 0; i < w.events.length; i++) {
+      if (w.events.kind[i] === EventKind.segmentMap) mapped.set(w.events.addr[i]!, w.events.size[i]!);
+      if (w.events.kind[i] === EventKind.segmentUnmap && (mapped.get(w.events.addr[i]!) ?? 0) > w.events.size[i]!) partial++;
+    }
+    expect(partial).toBeGreaterThan(0);
+    expect(got[1]).toEqual(got[0]);
+    for (const a of runs) a.close();
   });
 
   it("names a private pool's memory by its pool id, never its stream key (a snapshot PyTorch's readers and ours take)", async () => {

@@ -2,7 +2,7 @@ import type { AllocatorSettings } from "./allocator-settings.js";
 import { EVENT_KIND_NAMES, EventKind, TORCH_ACTIONS } from "./event-kind.js";
 import type { EventLog } from "./event-log.js";
 import { PickleWriter, PyFloat, PyTuple, type PickleValue } from "./pickle-writer.js";
-import { LiveEffect, liveEffect } from "./live-effect.js";
+import { LiveEffect, cutRange, liveEffect } from "./live-effect.js";
 import { roundSize } from "./round-size.js";
 import type { BlockState, SegmentState } from "./segment-state.js";
 import type { StackFrame } from "./stack-frame.js";
@@ -145,20 +145,6 @@ function settingsValue(s: AllocatorSettings | undefined): PickleValue {
 }
 
 /**
- * An unmap of part of a mapped range (expandable segments unmap page runs of a range mapped
- * whole): the pieces of the device's live ranges outside [addr, addr + size) stay live.
- */
-function cutRange<T extends { device: number; addr: number; size: number }>(segs: Map<string, T>, device: number, addr: number, size: number): void {
-  const end = addr + size;
-  for (const [k, r] of [...segs]) {
-    if (r.device !== device || r.addr >= end || r.addr + r.size <= addr) continue;
-    segs.delete(k);
-    if (r.addr < addr) segs.set(`${device}:${r.addr}`, { ...r, size: addr - r.addr });
-    if (r.addr + r.size > end) segs.set(`${device}:${end}`, { ...r, addr: end, size: r.addr + r.size - end });
-  }
-}
-
-/**
  * Segments and blocks live at the end of the log: each segment (or mapped range) with its
  * live blocks (rounded sizes, active_allocated; active_pending_free between free_requested
  * and free_completed) and inactive gaps between them. Live blocks outside any segment
@@ -179,9 +165,14 @@ export function deriveSegments(log: EventLog, framesOf?: (row: number) => readon
       case LiveEffect.segmentOn:
         segs.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, poolId, expandable: log.kind[i] === EventKind.segmentMap, row: i });
         break;
-      case LiveEffect.segmentOff:
-        if (!segs.delete(key)) cutRange(segs, d, log.addr[i], log.size[i]);
+      case LiveEffect.segmentOff: {
+        // an unmap may take part of a mapped range (vms gives back or moves a handle out of a
+        // run it mapped at once): only an exact match goes whole
+        const seg = segs.get(key);
+        if (seg !== undefined && seg.size === log.size[i]) segs.delete(key);
+        else cutRange(segs, d, log.addr[i], log.size[i]);
         break;
+      }
       case LiveEffect.blockOn:
         blocks.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, poolId, pending: false, row: i });
         break;

@@ -29,3 +29,17 @@ EFFECT[EventKind.freeCompleted] = LiveEffect.blockOff;
 export function liveEffect(kind: number): LiveEffect {
   return EFFECT[kind] ?? LiveEffect.none;
 }
+
+/**
+ * An unmap of part of a mapped range (expandable segments unmap page runs of a range mapped
+ * whole): the pieces of the device's live ranges outside [addr, addr + size) stay live.
+ */
+export function cutRange<T extends { device: number; addr: number; size: number }>(segs: Map<string, T>, device: number, addr: number, size: number): void {
+  const end = addr + size;
+  for (const [k, r] of [...segs]) {
+    if (r.device !== device || r.addr >= end || r.addr + r.size <= addr) continue;
+    segs.delete(k);
+    if (r.addr < addr) segs.set(`${device}:${r.addr}`, { ...r, size: addr - r.addr });
+    if (r.addr + r.size > end) segs.set(`${device}:${end}`, { ...r, addr: end, size: r.addr + r.size - end });
+  }
+}

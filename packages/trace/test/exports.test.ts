@@ -113,6 +113,22 @@ describe("memory-viz snapshot export", () => {
     expect(segs.find((s) => s.device === 1)?.blocks).toEqual([{ address: 0x10, size: 512, requestedSize: 512, state: "active_allocated" }]);
   });
 
+  it("an unmap of the start of a range mapped whole leaves the rest mapped, with its blocks", () => {
+    const A = 0x7f00_0000_0000;
+    const segs = deriveSegments(logOf([
+      [K.segmentMap, A, 8 * MiB, T0],
+      [K.alloc, A + 4 * MiB, 3 * MiB, T0 + 1],
+      [K.segmentUnmap, A, 4 * MiB, T0 + 2], // the same start as the map, half its size
+      [K.segmentMap, A + 8 * MiB, 2 * MiB, T0 + 3],
+      [K.segmentUnmap, A + 9 * MiB, MiB, T0 + 4],
+    ]));
+    expect(segs.map((s) => [s.address - A, s.totalSize])).toEqual([[4 * MiB, 5 * MiB]]); // adjacent mapped ranges: one
+    expect(segs[0]!.blocks.map((b) => [b.address - A, b.size, b.state])).toEqual([
+      [4 * MiB, 3 * MiB, "active_allocated"],
+      [7 * MiB, 2 * MiB, "inactive"],
+    ]);
+  });
+
   const py = spawnSync("python3", ["-c", "import pickle"], { encoding: "utf8" });
   it.skipIf(py.status !== 0)("CPython unpickles it into PyTorch's snapshot layout", () => {
     const { bytes, skipped } = exportMemoryViz(sample());
