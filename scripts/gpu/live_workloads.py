@@ -30,7 +30,7 @@ by kind, num_sync_all_streams and num_cross_stream_reuses, read from stats() aft
 step's clock stopped, so the read is not in the step's time; with GMLAKE_TIME_CALLS=1 also
 call_us, the host time spent inside the allocator's alloc and free).
 """
-import argparse, gzip, json, os, pickle, random, sys, time
+import argparse, atexit, gzip, json, os, pickle, random, signal, subprocess, sys, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("name")
@@ -122,12 +122,9 @@ busy = None  # --busy-core's process: stopped (SIGSTOP) except during its steps
 
 def busy_core(on):
     global busy
-    import signal
-    import subprocess
     if busy is None:
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         os.kill(busy.pid, signal.SIGSTOP)
-        import atexit
         atexit.register(busy.kill)
     os.kill(busy.pid, signal.SIGCONT if on else signal.SIGSTOP)
 

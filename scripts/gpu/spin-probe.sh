@@ -22,11 +22,10 @@ if ! [[ $steps =~ ^[0-9]+$ && $steps -gt 4 && $reps =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 mkdir -p "$OUT"
-export GMLAKE_TORCH_PY="$root/packages/torch-alloc/python" PYTHONUNBUFFERED=1 GMLAKE_TIME_CALLS=total
-export PYTHONPATH="$GMLAKE_TORCH_PY${PYTHONPATH:+:$PYTHONPATH}"
-if [ ! -f packages/torch-alloc/build/lib/libgmlake_torch_alloc.so ]; then
-  tar -xJf .gpu/live.tar.xz -C "$root" 2>/dev/null || { echo "spin-probe: needs the built engine: run scripts/gpu/bundle.sh --live here and carry .gpu" >&2; exit 2; }
-fi
+# shellcheck source=live-env.sh
+. "$root/scripts/gpu/live-env.sh"
+live_env spin-probe
+export GMLAKE_TIME_CALLS=total
 : >"$OUT/spin-probe.txt"
 for rep in $(seq 1 "$reps"); do
   for v in ${VARIANTS:-default: spin100:GMLAKE_SPIN_US=100 spin20:GMLAKE_SPIN_US=20 locker:GMLAKE_THREADING=locker}; do

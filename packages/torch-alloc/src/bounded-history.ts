@@ -87,11 +87,8 @@ function fold(base: EventLog, log: EventLog, drop: number): EventLog {
     const device = from.device[i]!, addr = from.addr[i]!, size = from.size[i]!;
     const key = `${device}:${addr}`;
     if (effect === LiveEffect.segmentOn) segs.set(key, { row, device, addr, size });
-    else if (effect === LiveEffect.segmentOff) {
-      const seg = segs.get(key);
-      if (seg !== undefined && seg.size === size) segs.delete(key);
-      else cutRange(segs, device, addr, size);
-    } else if (effect === LiveEffect.blockPending) {
+    else if (effect === LiveEffect.segmentOff) cutRange(segs, device, addr, size);
+    else if (effect === LiveEffect.blockPending) {
       if (blocks.has(key)) pending.set(key, row);
     } else {
       pending.delete(key);

@@ -165,14 +165,9 @@ export function deriveSegments(log: EventLog, framesOf?: (row: number) => readon
       case LiveEffect.segmentOn:
         segs.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, poolId, expandable: log.kind[i] === EventKind.segmentMap, row: i });
         break;
-      case LiveEffect.segmentOff: {
-        // an unmap may take part of a mapped range (vms gives back or moves a handle out of a
-        // run it mapped at once): only an exact match goes whole
-        const seg = segs.get(key);
-        if (seg !== undefined && seg.size === log.size[i]) segs.delete(key);
-        else cutRange(segs, d, log.addr[i], log.size[i]);
+      case LiveEffect.segmentOff:
+        cutRange(segs, d, log.addr[i], log.size[i]);
         break;
-      }
       case LiveEffect.blockOn:
         blocks.set(key, { device: d, addr: log.addr[i], size: log.size[i], stream: raw, poolId, pending: false, row: i });
         break;

@@ -31,10 +31,17 @@ export function liveEffect(kind: number): LiveEffect {
 }
 
 /**
- * An unmap of part of a mapped range (expandable segments unmap page runs of a range mapped
- * whole): the pieces of the device's live ranges outside [addr, addr + size) stay live.
+ * A segment free or unmap against the live ranges, keyed `device:addr`: one that matches a range
+ * exactly removes it; one of part of a range (expandable segments unmap page runs of a range
+ * mapped whole, vms moves a handle out of a run it mapped at once) leaves the pieces outside
+ * [addr, addr + size) live.
  */
 export function cutRange<T extends { device: number; addr: number; size: number }>(segs: Map<string, T>, device: number, addr: number, size: number): void {
+  const key = `${device}:${addr}`;
+  if (segs.get(key)?.size === size) {
+    segs.delete(key);
+    return;
+  }
   const end = addr + size;
   for (const [k, r] of [...segs]) {
     if (r.device !== device || r.addr >= end || r.addr + r.size <= addr) continue;
