@@ -110,6 +110,26 @@ describe("caching policy (PyTorch's caching allocator)", () => {
     a.close([small, sixty, fit]);
   });
 
+  it("peekCached says where malloc lands when it needs no cudaMalloc, and null when it would", () => {
+    const a = new Allocator("caching", new SimDriver(), { options: { maxSplitSize: 40 * MiB }, checkInvariants: 1, recorder: null });
+    expect(a.peekCached(MiB + 1, 0)).toBeNull(); // empty pools: a new segment
+    const big = a.malloc(100 * MiB);
+    const s = a.malloc(1000);
+    const bigAddr = big.addr;
+    a.free(big);
+    expect(a.peekCached(30 * MiB, 0)).toBeNull(); // max_split_size: it may not take the 100 MiB block
+    expect(a.peekCached(90 * MiB, 7)).toBeNull(); // another stream's block
+    expect(a.peekCached(60 * MiB, 0)).toBeNull(); // >= request + max_non_split_rounding
+    expect(a.peekCached(90 * MiB, 0)).toBe(bigAddr);
+    const fit = a.malloc(90 * MiB);
+    expect(fit.addr).toBe(bigAddr);
+    // small pool: the rest of s's segment, split front
+    const p = a.peekCached(4096, 0);
+    expect(p).toBe(s.addr + s.size);
+    expect(a.malloc(4096).addr).toBe(p);
+    a.close();
+  });
+
   it("rejects bad options and sizes with coded errors", () => {
     expect(() => new Allocator("caching", new SimDriver(), { options: { nope: 1 } })).toThrow(expect.objectContaining({ code: "BAD_OPTION" }));
     expect(() => new Allocator("caching", new SimDriver(), { options: { maxSplitSize: "big" } })).toThrow(/^caching\.maxSplitSize accepts a byte count from -1 to 1PiB .* or null \(the trace's recorded setting\), not 'big'$/);

@@ -1724,7 +1724,7 @@ CASES = {
     "speculate-env": lambda: expect_start_error("GMLAKE_SPECULATE takes how many allocations the foresight looks back on, 0 (off) to 8, not 'all'",
                                                 policy="vms", driver="host", threading="thread"),
     "speculate-bad-policy": lambda: expect_start_error("GMLAKE_SPECULATE needs a policy that can say where an allocation would land",
-                                                       policy="caching", driver="host", threading="thread"),
+                                                       policy="expandable", driver="host", threading="thread"),
     "speculate-front-cache": lambda: expect_start_error("GMLAKE_SPECULATE and the front cache (frontCacheEntries) do not go together",
                                                         policy="vms", driver="host", threading="thread", front_cache_entries=16),
     "speculate-outside-policy": speculate_outside,

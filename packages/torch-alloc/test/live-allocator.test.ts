@@ -492,8 +492,11 @@ describe("the bridge", () => {
     expect(b.live.driver.stats().totalCalls).toBe(calls);
     expect(b.call(OP_FREE, at, 4 * MiB, 0)).toBe(0);
     const caching = await createBridge({ policy: "caching", driver: "sim" });
-    expect([caching.peeks, caching.speculatesByDefault]).toEqual([false, false]);
+    expect([caching.peeks, caching.speculatesByDefault]).toEqual([true, true]);
     caching.text(TEXT_CLOSE, "");
+    const expandable = await createBridge({ policy: "expandable", driver: "sim" });
+    expect([expandable.peeks, expandable.speculatesByDefault]).toEqual([false, false]);
+    expandable.text(TEXT_CLOSE, "");
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
   });
 

@@ -64,13 +64,29 @@ export class CachingAllocator implements PolicyInstance {
     return this.allocFoundBlock(b, rounded, pool);
   }
 
-  private getFreeBlock(pool: BlockPool, stream: number, size: number): Block | null {
+  /**
+   * Where malloc would serve from the pool with no cudaMalloc (PolicyInstance.peekCached): the
+   * best fit's address, as the allocated part of a split keeps the lower one. Without it the
+   * live allocator's foresight had nothing to answer and every caching request waited on the
+   * JS thread.
+   */
+  peekCached(size: number, stream: number): number | null {
+    const rounded = roundSize(size, this.rp2);
+    return this.fit(rounded <= kSmallSize ? this.small : this.large, stream, rounded)?.addr ?? null;
+  }
+
+  /** get_free_block's choice, left in the pool (its cursor on it). */
+  private fit(pool: BlockPool, stream: number, size: number): Block | null {
     const b = pool.seek(stream, size);
     if (b === null || b.stream !== stream) return null;
     // Do not return an oversized block for a small request, nor a much larger one for a large request.
     if (size < this.maxSplit && b.size >= this.maxSplit) return null;
     if (size >= this.maxSplit && b.size >= size + this.maxNonSplitRounding) return null;
-    return pool.takeAtCursor();
+    return b;
+  }
+
+  private getFreeBlock(pool: BlockPool, stream: number, size: number): Block | null {
+    return this.fit(pool, stream, size) === null ? null : pool.takeAtCursor();
   }
 
   private allocBlock(pool: BlockPool, stream: number, allocSize: number): Block | null {
