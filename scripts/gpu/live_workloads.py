@@ -6,7 +6,7 @@ llama1b_fsdp, llama1b_lora, opt1b_generate), plus the project's own workloads wh
 buffers change size every step (qwen_lora_bigvocab, gpt2_offload, moe_ft, gpt2_microbatch).
 
 usage: python3 live_workloads.py NAME --allocator A [--steps N] [--record PATH] [--sampler SO] [--rep N]
-                                [--profile-steps I,J] [--busy-core odd|even]
+                                [--profile-steps I,J] [--busy-core odd|even] [--alternate REF]
   A = pytorch              PyTorch's default caching allocator
       pytorch-expandable   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
       ours:POLICY[,k=v...] the stitching engine in this process (packages/torch-alloc)
@@ -22,6 +22,11 @@ usage: python3 live_workloads.py NAME --allocator A [--steps N] [--record PATH] 
   --busy-core odd|even  a second process keeps one CPU core busy during the odd (or even) steps
                   only, as our engine's JS thread would while it spins: what one busy core
                   beside the job costs a step on this machine (interference.py pairs the runs)
+  --alternate REF every step three times in a row with the same inputs and seed: through
+                  cudaMallocAsync (warms the per-shape caches), then once through ours (A =
+                  ours:POLICY, as its own CUDAAllocator) and once through PyTorch's own allocator
+                  REF (pytorch or pytorch-expandable), which goes first alternating
+                  (alternate_steps.route_of); --steps counts the pairs
 
 Measured: per step the wall time, the loss (training) or a checksum of the tokens
 (generation) and the sampled peak of device memory in use; the allocator's own peaks. With
@@ -41,15 +46,21 @@ ap.add_argument("--sampler", default=None)
 ap.add_argument("--rep", type=int, default=None)
 ap.add_argument("--profile-steps", default="")
 ap.add_argument("--busy-core", choices=["odd", "even"], default=None)
+ap.add_argument("--alternate", choices=["pytorch", "pytorch-expandable"], default=None)
 args = ap.parse_args()
 try:
     profile_steps = {int(x) for x in args.profile_steps.split(",") if x.strip()}
 except ValueError:
     sys.exit(f"live_workloads: --profile-steps: expected step numbers like 6,7, got {args.profile_steps!r}")
 
-if args.allocator in ("pytorch-expandable", "plug:pytorch-expandable"):
+if args.alternate and not args.allocator.startswith("ours:"):
+    sys.exit("live_workloads: --alternate alternates an ours:POLICY allocator's steps with PyTorch's own")
+if args.alternate and (args.record or args.busy_core or profile_steps):
+    sys.exit("live_workloads: --alternate takes no --record, --busy-core or --profile-steps")
+mode = args.alternate or args.allocator
+if mode in ("pytorch-expandable", "plug:pytorch-expandable"):
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-elif args.allocator in ("pytorch", "plug:pytorch"):
+elif mode in ("pytorch", "plug:pytorch"):
     os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
 elif not args.allocator.startswith("ours:"):
     sys.exit(f"live_workloads: unknown allocator {args.allocator!r}")
@@ -71,7 +82,11 @@ if args.allocator.startswith("ours:"):
     sys.path.insert(0, os.environ.get("GMLAKE_TORCH_PY", os.path.join(os.path.dirname(__file__), "../../packages/torch-alloc/python")))
     import gmlake_torch as ours  # noqa: E402
 
-    ours.enable(policy=spec[0], record=bool(args.record), **knobs)
+    ours.enable(policy=spec[0], record=bool(args.record), **knobs, **({"interface": "native"} if args.alternate else {}))
+route_of = None
+if args.alternate:
+    from alternate_steps import route_of  # noqa: E402
+    from gmlake_torch import cuda_allocator  # noqa: E402
 plug = None
 if args.allocator.startswith("plug:"):
     import pytorch_plug  # noqa: E402
@@ -88,6 +103,16 @@ if sampler is not None:
     rc = sampler.start(torch.cuda.current_device(), 100)
     if rc != 0:
         sys.exit(f"memsampler: start failed ({rc})")
+
+
+def schedule(items):
+    """The steps to run: each item once, or with --alternate three times in a row, torch's
+    generator seeded alike before each (the same tokens, dropout and experts' loads)."""
+    for i, item in enumerate(items):
+        for _ in range(3 if args.alternate else 1):
+            if args.alternate:
+                torch.manual_seed(SEED + i)
+            yield item
 
 
 def seqs(n, lo, hi):
@@ -145,6 +170,8 @@ def step_begin():
         profiler.__enter__()
     if args.busy_core is not None:
         busy_core(busy_step(len(steps_out)))
+    if route_of is not None:
+        cuda_allocator.route(route_of(len(steps_out)))
     step_cpu[:] = [time.thread_time(), time.process_time()]
     return time.perf_counter()
 
@@ -189,6 +216,8 @@ def step_end(t0, value):
            "cpu": time.thread_time() - step_cpu[0], "proc_cpu": time.process_time() - step_cpu[1]}
     if busy is not None:
         busy_core(False)  # stopped outside the steps' clocks
+    if route_of is not None:
+        out["route"] = route_of(len(steps_out))
     if profiler is not None:
         import tempfile
         import kernel_profile
@@ -206,10 +235,10 @@ def step_end(t0, value):
 
 def train_loop(model, vocab, batch, lens, opt, autocast=True, offload=False, micro=None):
     """The shared workloads' loop; `micro` splits a step into micro-batches of those lengths."""
-    for step, L in enumerate(lens):
+    for L, m in schedule(list(zip(lens, micro or [None] * len(lens)))):
         t0 = step_begin()
         total_loss = 0.0
-        for Lm in (micro[step] if micro else [L]):
+        for Lm in (m or [L]):
             ids = torch.randint(0, vocab, (batch, Lm), device=dev)
             ctx = torch.autocast("cuda", dtype=torch.bfloat16) if autocast else torch.autocast("cuda", enabled=False)
             with ctx:
@@ -289,10 +318,10 @@ def opt_generate(rounds):
     model = model.to(torch.bfloat16).eval()
     model.config.use_cache = True
     rng = random.Random(SEED)
+    plans = [(rng.randint(1, 16), rng.randint(32, 768), rng.randint(16, 160)) for _ in range(rounds)]
     with torch.no_grad():
-        for r in range(rounds):
+        for b, p, n in schedule(plans):
             t0 = step_begin()
-            b, p, n = rng.randint(1, 16), rng.randint(32, 768), rng.randint(16, 160)
             ids = torch.randint(4, cfg.vocab_size, (b, p), device=dev)
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
                                  do_sample=True, top_k=50, pad_token_id=1)
@@ -357,6 +386,7 @@ def main():
         "step_cpu_s": [round(s["cpu"], 6) for s in steps_out], "step_proc_cpu_s": [round(s["proc_cpu"], 6) for s in steps_out],
         "cpus_allowed": len(os.sched_getaffinity(0)),
         "busy_steps": [i for i in range(len(steps_out)) if busy_step(i)],
+        "step_route": [s["route"] for s in steps_out] if args.alternate else None,
         "used_before_bytes": total - free0,
         "peak_used_bytes": max(used) if used else None,
         "samples": int(sampler.samples()) if sampler is not None else None,

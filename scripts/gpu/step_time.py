@@ -8,7 +8,7 @@ usage: python3 step_time.py [--workloads W,...] [--allocators A,...] [--rounds N
                             [--warmup N] [--time-limit S] [--out DIR] [--python PY] [--order rotate|fixed]
                             [--pin CPUS]
        python3 step_time.py report RESULT.json [RESULT.json ...] [--out DIR]   (merges calls)
-       python3 step_time.py child gpt2_124m_compile --allocator A --steps N [--rep R]
+       python3 step_time.py child gpt2_124m_compile --allocator A --steps N [--rep R] [--alternate REF]
 
   workloads  live_workloads.py's (gpt2_ft, gpt2_ft_ckpt, llama1b_fsdp, llama1b_lora, opt1b_generate,
              qwen_lora_bigvocab, gpt2_offload, moe_ft, gpt2_microbatch) and gpt2_124m_compile
@@ -199,14 +199,18 @@ def markdown(doc):
     return "\n".join(lines)
 
 
-def write(out_dir, doc):
-    """step-time.json and step-time.md, each written whole (a reader never sees half of one)."""
+def write_whole(out_dir, stem, doc, text):
+    """STEM.json (doc) and STEM.md (text), each written whole (a reader never sees half of one)."""
     os.makedirs(out_dir, exist_ok=True)
-    for name, text in (("step-time.json", json.dumps(doc, indent=1)), ("step-time.md", markdown(doc))):
+    for name, body in ((stem + ".json", json.dumps(doc, indent=1)), (stem + ".md", text)):
         tmp = os.path.join(out_dir, name + ".tmp")
         with open(tmp, "w") as f:
-            f.write(text)
+            f.write(body)
         os.replace(tmp, os.path.join(out_dir, name))
+
+
+def write(out_dir, doc):
+    write_whole(out_dir, "step-time", doc, markdown(doc))
 
 
 # ---- running ----------------------------------------------------------------------------------
@@ -220,10 +224,12 @@ def parse_allocator(spec):
     return base, ({"GMLAKE_INTERFACE": interface} if at else {})
 
 
-def command(py, workload, allocator, steps, rnd):
+def command(py, workload, allocator, steps, rnd, extra=()):
     if workload == COMPILED:
-        return [py, os.path.join(HERE, "step_time.py"), "child", workload, "--allocator", allocator, "--steps", str(steps), "--rep", str(rnd)]
-    return [py, os.path.join(HERE, "live_workloads.py"), workload, "--allocator", allocator, "--steps", str(steps), "--rep", str(rnd)]
+        head = [py, os.path.join(HERE, "step_time.py"), "child", workload]
+    else:
+        head = [py, os.path.join(HERE, "live_workloads.py"), workload]
+    return head + ["--allocator", allocator, "--steps", str(steps), "--rep", str(rnd), *extra]
 
 
 def estimate(workload, steps, seen, first=None):
@@ -264,7 +270,7 @@ def parse_cpus(text):
     return cpus
 
 
-def one_run(py, workload, spec, steps, rnd, limit, pin=None):
+def one_run(py, workload, spec, steps, rnd, limit, pin=None, extra=()):
     allocator, env_extra = parse_allocator(spec)
     env = dict(os.environ, **env_extra)
     t0 = time.perf_counter()
@@ -272,7 +278,7 @@ def one_run(py, workload, spec, steps, rnd, limit, pin=None):
     # a session of its own: at the limit the whole group goes (torch.compile's worker processes too)
     # --pin: every run on the same CPUs (the same cores and memory node each time)
     pre = (lambda: os.sched_setaffinity(0, pin)) if pin else None
-    p = subprocess.Popen(command(py, workload, allocator, steps, rnd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = subprocess.Popen(command(py, workload, allocator, steps, rnd, extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=env, start_new_session=True, preexec_fn=pre)
     RUNNING[0] = p.pid
     try:
@@ -296,7 +302,8 @@ def one_run(py, workload, spec, steps, rnd, limit, pin=None):
         rec.update(ok=True, step_s=result["step_s"], values=result.get("values"), wall_s=result.get("wall_s"),
                    peak_reserved_bytes=result.get("peak_reserved_bytes") or st.get("reserved_bytes.all.peak"),
                    torch=result.get("torch"), gpu=result.get("gpu"), step_cpu_s=result.get("step_cpu_s"),
-                   step_proc_cpu_s=result.get("step_proc_cpu_s"), cpus_allowed=result.get("cpus_allowed"))
+                   step_proc_cpu_s=result.get("step_proc_cpu_s"), cpus_allowed=result.get("cpus_allowed"),
+                   step_route=result.get("step_route"))
     else:
         tail = [l for l in (err or "").strip().splitlines() if l.strip()]
         rec.update(ok=False, rc=rc, error=(tail[-1] if tail else f"exit {rc}, no RESULT line")[:300])
@@ -395,11 +402,15 @@ def child(argv):
     ap.add_argument("--allocator", default="pytorch")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rep", type=int, default=None)
+    ap.add_argument("--alternate", choices=["pytorch", "pytorch-expandable"], default=None)  # as live_workloads.py's
     a = ap.parse_args(argv)
+    if a.alternate and not a.allocator.startswith("ours:"):
+        raise Bad("--alternate alternates an ours:POLICY allocator's steps with PyTorch's own")
     # the allocator is chosen before torch is imported, as live_workloads.py does
-    if a.allocator == "pytorch-expandable":
+    mode = a.alternate or a.allocator
+    if mode == "pytorch-expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    elif a.allocator == "pytorch":
+    elif mode == "pytorch":
         os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     elif not a.allocator.startswith("ours:"):
         raise Bad(f"unknown allocator {a.allocator!r}")
@@ -415,7 +426,11 @@ def child(argv):
         sys.path.insert(0, os.environ.get("GMLAKE_TORCH_PY", os.path.join(HERE, "../../packages/torch-alloc/python")))
         import gmlake_torch as ours
 
-        ours.enable(policy=spec[0], **dict(kv.split("=", 1) for kv in spec[1:] if kv))
+        ours.enable(policy=spec[0], **dict(kv.split("=", 1) for kv in spec[1:] if kv), **({"interface": "native"} if a.alternate else {}))
+    route_of = None
+    if a.alternate:
+        from alternate_steps import route_of
+        from gmlake_torch import cuda_allocator
     seed = 1234
     random.seed(seed)
     torch.manual_seed(seed)
@@ -458,9 +473,14 @@ def child(argv):
 
     compiled = torch.compile(loss_of)  # default mode: no CUDA graphs
     gen = torch.Generator(device=dev).manual_seed(seed)
-    times, values = [], []
+    times, values, routes = [], [], []
     t_all = time.perf_counter()
-    for _ in range(a.steps):
+    for k in range(a.steps * (3 if a.alternate else 1)):  # --alternate: three steps on the same tokens
+        if route_of is not None:
+            routes.append(route_of(k))
+            cuda_allocator.route(routes[-1])
+        if a.alternate:
+            gen.manual_seed(seed + k // 3)
         t0 = time.perf_counter()
         ids = torch.randint(0, vocab, (batch, ctx + 1), device=dev, generator=gen)
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -472,7 +492,8 @@ def child(argv):
         times.append(time.perf_counter() - t0)
         values.append(loss.item())
     res = {"workload": a.name, "allocator": a.allocator, "steps": len(times), "step_s": times, "values": values,
-           "wall_s": time.perf_counter() - t_all, "rep": a.rep, "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
+           "wall_s": time.perf_counter() - t_all, "rep": a.rep, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
+           "step_route": routes or None}
     if ours is None:
         res["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     else:

@@ -1014,6 +1014,21 @@ def report_files(d, stem):
         return json.load(f), g.read()
 
 
+def run_driver(script, stem, fake, argv, env=None):
+    """SCRIPT run over a fake python: (process, its STEM.json and .md, what the fake logged)."""
+    with tempfile.TemporaryDirectory() as d:
+        py = fake_python(d, fake)
+        e = dict(os.environ, FAKE_LOG=os.path.join(d, "log"), **(env or {}))
+        p = subprocess.run([sys.executable, os.path.join(HERE, script), *argv, "--python", py, "--out", d],
+                           capture_output=True, text=True, env=e, timeout=120)
+        doc, md = report_files(d, stem)
+        log = []
+        if os.path.exists(os.path.join(d, "log")):
+            with open(os.path.join(d, "log")) as f:
+                log = [json.loads(l) for l in f]
+        return p, doc, md, log
+
+
 def expected_run_mean(alloc, rep, steps, native=False):
     base = {"pytorch": 0.200, "pytorch-expandable": 0.202}.get(alloc, 0.2015 if native else 0.210)
     noise = [0.0, 0.004, -0.002, 0.003, -0.001, 0.002][rep % 6]
@@ -1098,17 +1113,7 @@ class StepTime(unittest.TestCase):
         self.assertEqual(step_time.fieller([1, 2, 3], [-1, 1, 0.3])[1:], (None, None))
 
     def run_step_time(self, *argv, env=None):
-        with tempfile.TemporaryDirectory() as d:
-            py = fake_python(d, FAKE_STEP_PYTHON)
-            e = dict(os.environ, FAKE_LOG=os.path.join(d, "log"), **(env or {}))
-            p = subprocess.run([sys.executable, os.path.join(HERE, "step_time.py"), *argv, "--python", py, "--out", d],
-                               capture_output=True, text=True, env=e, timeout=120)
-            doc, md = report_files(d, "step-time")
-            log = []
-            if os.path.exists(os.path.join(d, "log")):
-                with open(os.path.join(d, "log")) as f:
-                    log = [json.loads(l) for l in f]
-            return p, doc, md, log
+        return run_driver("step_time.py", "step-time", FAKE_STEP_PYTHON, argv, env)
 
     def test_rounds_interleave_rotated_and_the_summary_is_the_runs(self):
         allocs = "pytorch,pytorch-expandable,ours:vms,ours:vms@native"
@@ -1282,6 +1287,307 @@ class StepTime(unittest.TestCase):
             self.assertEqual((p.returncode, len(p.stderr.strip().splitlines())), (2, 1))
 
 
+# ---- alternate_steps.py: ours' and PyTorch's steps alternating inside one process (issue 27) -----
+import alternate_steps  # noqa: E402
+
+# alternate_steps.py's PYTHON: a run answers with 3 x --steps steps in route order (its own copy of
+# the pattern), ours' step FAKE_RATIO[allocator] x PyTorch's on each pair's inputs; the build of the
+# native CUDAAllocator fails with FAKE_BUILD_FAIL.
+FAKE_ALT_PYTHON = r'''#!/usr/bin/env bash
+if [[ $1 == */live_workloads.py || ( $1 == */step_time.py && $2 == child ) ]]; then
+  exec python3 - "$@" <<'PY'
+import json, os, sys
+a = sys.argv[1:]
+w = a[2] if a[1] == "child" else a[1]
+alloc, pairs, rep, ref = [a[a.index(k) + 1] for k in ("--allocator", "--steps", "--rep", "--alternate")]
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps([w, int(rep), alloc, ref, int(pairs)]) + "\n")
+ratio = {"ours:vms": 1.02, "ours:caching": 1.05}[alloc]
+routes, steps = [], []
+for k in range(3 * int(pairs)):
+    i, j = k % 3, k // 3
+    r = "prime" if i == 0 else "ours" if (i == 1) == (j % 2 == 0) else "pytorch"
+    base = 0.2 + 0.01 * (j % 4) + 0.002 * int(rep)
+    routes.append(r)
+    steps.append({"prime": 0.3, "pytorch": base, "ours": ratio * base}[r])
+print("RESULT " + json.dumps({"workload": w, "allocator": alloc, "step_s": steps, "step_route": routes,
+                              "step_proc_cpu_s": [s / 2 for s in steps]}))
+PY
+fi
+if [ "$1" = -m ] && [ "$2" = gmlake_torch ] && [ "$3" = build-cuda-allocator ]; then
+  if [ -n "${FAKE_BUILD_FAIL:-}" ]; then echo "gmlake: building the native CUDAAllocator failed: x.cc:1: error: nope" >&2; exit 2; fi
+  echo built; exit 0
+fi
+exec python3 "$@"
+'''
+
+
+def alternating_run(pyt, ours, prime=0.3, cpu=None, workload="gpt2_ft", allocator="ours:vms", ref="pytorch", rnd=1):
+    """A run record as step_time.one_run keeps it: pair j's steps in route_of's order."""
+    s, route = [], []
+    for k in range(3 * len(pyt)):
+        r = alternate_steps.route_of(k)
+        route.append(r)
+        s.append({"prime": prime, "ours": ours[k // 3], "pytorch": pyt[k // 3]}[r])
+    rec = {"workload": workload, "allocator": allocator, "ref": ref, "round": rnd, "ok": True, "step_s": s, "step_route": route}
+    if cpu is not None:
+        rec["step_proc_cpu_s"] = [cpu[r] * x for r, x in zip(route, s)]
+    return rec
+
+
+class AlternateSteps(unittest.TestCase):
+    def test_route_of_primes_each_pair_and_alternates_who_goes_first(self):
+        self.assertEqual([alternate_steps.route_of(k) for k in range(12)],
+                         ["prime", "ours", "pytorch", "prime", "pytorch", "ours"] * 2)
+
+    def test_parse_compare(self):
+        self.assertEqual(alternate_steps.parse_compare("ours:vms/pytorch-expandable  ours:caching,k=v/pytorch"),
+                         [("ours:vms", "pytorch-expandable"), ("ours:caching,k=v", "pytorch")])
+        # not ours (or no policy), ours@INTERFACE (it is always the native class here), a REF that is not PyTorch's, no REF
+        for bad in ("pytorch/pytorch", "ours:/pytorch", "ours:vms@native/pytorch", "ours:vms/jemalloc", "ours:vms/ours:caching",
+                    "ours:vms", "ours:vms/pytorch pytorch/ours:vms"):
+            with self.assertRaises(step_time.Bad, msg=bad) as c:
+                alternate_steps.parse_compare(bad)
+            self.assertIn("ours:POLICY[,k=v...]/REF", str(c.exception))
+        for empty in ("", "   "):
+            with self.assertRaisesRegex(step_time.Bad, "needs at least one"):
+                alternate_steps.parse_compare(empty)
+
+    def test_pairs_of_reads_each_pair_by_its_routes(self):
+        # each step's time is its index: a pair reads back as (ours' index, PyTorch's, prime's)
+        route = [alternate_steps.route_of(k) for k in range(15)]
+        run = {"step_s": list(range(15)), "step_route": route}
+        self.assertEqual(alternate_steps.pairs_of(run, 1),  # pairs 1-4: the warmup pair left out
+                         [(5, 4, 3, None, None), (7, 8, 6, None, None), (11, 10, 9, None, None), (13, 14, 12, None, None)])
+        # 5 pairs after no warmup: the last left out (as many ours-first as PyTorch-first)
+        self.assertEqual([p[:3] for p in alternate_steps.pairs_of(run, 0)], [(1, 2, 0), (5, 4, 3), (7, 8, 6), (11, 10, 9)])
+        self.assertEqual(alternate_steps.pairs_of(run, 4), [])  # one pair left: none counted
+        cpu = dict(run, step_proc_cpu_s=[10 * k for k in range(15)])
+        self.assertEqual(alternate_steps.pairs_of(cpu, 3)[0], (11, 10, 9, 110, 100))
+        self.assertEqual(alternate_steps.pairs_of(dict(cpu, step_proc_cpu_s=[1] * 14), 3)[0], (11, 10, 9, None, None))
+        # routes that do not describe the steps: nothing rather than pairs of the wrong steps
+        for broken in (dict(run, step_route=route[:-1]), {"step_s": list(range(14)), "step_route": route[:14]},
+                       dict(run, step_route=route[:4] + ["ours"] + route[5:]), dict(run, step_route=None), {"step_s": []}):
+            self.assertEqual(alternate_steps.pairs_of(broken, 1), [], broken)
+
+    def test_summarize_a_ratio_over_the_pairs_of_every_process(self):
+        # ours 1.01x PyTorch's in process 1 and 1.03x in process 2, with noise; the warmup pairs
+        # (ours 5x slower) left out; pairs of 11, warmup 2: 8 counted each
+        noise = [0.002, -0.001, 0.003, -0.002, 0.0, 0.001, -0.003, 0.002, -0.001, 0.001, 0.0]
+        runs = []
+        for rnd, k in ((1, 1.01), (2, 1.03)):
+            pyt = [0.2 + 0.01 * (j % 3) + 0.001 * rnd for j in range(11)]
+            ours = [(5 if j < 2 else k) * y + noise[j] * 0.2 * (-1) ** rnd for j, y in enumerate(pyt)]
+            runs.append(alternating_run(pyt, ours, cpu={"prime": 0.4, "ours": 0.5, "pytorch": 0.25}, rnd=rnd))
+        runs.append(dict(runs[0], ok=False, step_s=[9.0] * 33))  # a failed run: not counted
+        runs.append(alternating_run([0.2] * 11, [0.3] * 11, ref="pytorch-expandable"))  # another comparison: its own row
+        rows = alternate_steps.summarize(runs, 2)
+        self.assertEqual([(r["allocator"], r["ref"]) for r in rows], [("ours:vms", "pytorch"), ("ours:vms", "pytorch-expandable")])
+        r = rows[0]
+        self.assertEqual((r["runs"], r["pairs"]), (2, 16))
+        self.assertAlmostEqual(r["ratio"], 1.02, delta=0.003)
+        lo, hi = r["ci95"]
+        self.assertLess(lo, 1.02)
+        self.assertLess(1.02, hi)
+        self.assertLess(hi - lo, 0.03)
+        per = [alternate_steps.pairs_of(run, 2) for run in runs[:2]]
+        self.assertEqual(r["run_ratios"], [round(sum(p[0] for p in q) / sum(p[1] for p in q), 4) for q in per])
+        self.assertAlmostEqual(r["run_ratios"][0], 1.01, delta=0.003)
+        self.assertAlmostEqual(r["run_ratios"][1], 1.03, delta=0.003)
+        pairs = per[0] + per[1]
+        d = [x - y for x, y, *_ in pairs]
+        self.assertAlmostEqual(r["diff_ms"][0], 1e3 * sum(d) / 16, places=9)
+        self.assertAlmostEqual(r["mean_step_s"]["prime"], 0.3)
+        self.assertAlmostEqual(r["diff_of_prime_step"], sum(d) / 16 / 0.3, places=9)
+        self.assertAlmostEqual(r["process_cpu_share"]["ours"], 0.5)
+        self.assertAlmostEqual(r["process_cpu_share"]["pytorch"], 0.25)
+        self.assertNotIn("process_cpu_share", rows[1])  # no CPU times in those runs
+        self.assertEqual((rows[1]["ratio"], rows[1]["run_ratios"]), (1.5, [1.5]))
+
+    def write_doc(self, path, warmup, runs, date="x"):
+        with open(path, "w") as f:
+            json.dump({"settings": {"date": date, "pairs": 6, "warmup": warmup}, "runs": runs, "summary": [],
+                       "skipped": [f"skipped in {date}"]}, f)
+
+    def test_report_merges_calls(self):
+        run = lambda rnd, k: alternating_run([0.2, 0.21, 0.22, 0.2, 0.21, 0.22], [k * y for y in (0.2, 0.21, 0.22, 0.2, 0.21, 0.22)], rnd=rnd)
+        with tempfile.TemporaryDirectory() as d:
+            a, b, out = os.path.join(d, "a.json"), os.path.join(d, "b.json"), os.path.join(d, "m")
+            self.write_doc(a, 2, [run(1, 1.02), run(2, 1.02)], "a")
+            self.write_doc(b, 2, [run(1, 1.04)], "b")
+            p = subprocess.run([sys.executable, os.path.join(HERE, "alternate_steps.py"), "report", a, b, "--out", out],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            doc, md = report_files(out, "alternate-steps")
+            self.assertEqual((len(doc["runs"]), doc["settings"]["merged"], doc["skipped"]), (3, 2, ["skipped in a", "skipped in b"]))
+            (row,) = doc["summary"]
+            self.assertEqual((row["runs"], row["pairs"], row["run_ratios"]), (3, 12, [1.02, 1.02, 1.04]))
+            self.assertIn("| gpt2_ft | ours:vms | pytorch | 3, 12 |", md)
+            # an --out whose alternate-steps.json is an input: refused, the input as it was
+            with open(os.path.join(out, "alternate-steps.json")) as f:
+                before = f.read()
+            for argv in ([os.path.join(out, "alternate-steps.json"), a, "--out", out], [a, os.path.join(out, "alternate-steps.json"), "--out", out + "/"]):
+                p = subprocess.run([sys.executable, os.path.join(HERE, "alternate_steps.py"), "report", *argv],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn("--out would replace one of the inputs", p.stderr)
+                with open(os.path.join(out, "alternate-steps.json")) as f:
+                    self.assertEqual(f.read(), before)
+            # calls with another warmup count other pairs: not merged
+            self.write_doc(b, 3, [run(1, 1.04)], "b")
+            p = subprocess.run([sys.executable, os.path.join(HERE, "alternate_steps.py"), "report", a, b, "--out", os.path.join(d, "n")],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+            self.assertEqual(p.stderr.strip(), "alternate_steps: the files were made with different --warmup ([2, 3]): not comparable")
+            self.assertFalse(os.path.exists(os.path.join(d, "n")))
+            with open(b, "w") as f:
+                f.write("[1, 2]")
+            for bad in ([b], [os.path.join(d, "none.json")]):
+                p = subprocess.run([sys.executable, os.path.join(HERE, "alternate_steps.py"), "report", *bad, "--out", os.path.join(d, "n")],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual((p.returncode, len(p.stderr.strip().splitlines())), (2, 1), p.stderr)
+                self.assertIn("not a", p.stderr)
+
+    def alternate(self, *argv, env=None):
+        return run_driver("alternate_steps.py", "alternate-steps", FAKE_ALT_PYTHON, argv, env)
+
+    def test_processes_rotate_the_comparisons_and_each_alternates_with_its_ref(self):
+        p, doc, md, log = self.alternate("--workloads", "gpt2_ft", "--compare", "ours:vms/pytorch-expandable ours:caching/pytorch",
+                                         "--procs", "2", "--pairs", "5", "--warmup", "1")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # --steps is the pairs (the run makes three steps of each); process 2 starts one comparison later
+        self.assertEqual(log, [["gpt2_ft", 1, "ours:vms", "pytorch-expandable", 5], ["gpt2_ft", 1, "ours:caching", "pytorch", 5],
+                               ["gpt2_ft", 2, "ours:caching", "pytorch", 5], ["gpt2_ft", 2, "ours:vms", "pytorch-expandable", 5]])
+        rows = {(r["allocator"], r["ref"]): r for r in doc["summary"]}
+        self.assertEqual(set(rows), {("ours:vms", "pytorch-expandable"), ("ours:caching", "pytorch")})
+        vms, caching = rows[("ours:vms", "pytorch-expandable")], rows[("ours:caching", "pytorch")]
+        self.assertEqual((vms["runs"], vms["pairs"]), (2, 8))  # 4 counted pairs of the 5 after 1 of warmup
+        self.assertAlmostEqual(vms["ratio"], 1.02, places=9)
+        self.assertAlmostEqual(caching["ratio"], 1.05, places=9)
+        self.assertEqual([r["ref"] for r in doc["runs"]], ["pytorch-expandable", "pytorch", "pytorch", "pytorch-expandable"])
+        self.assertIn("| gpt2_ft | ours:vms | pytorch-expandable | 2, 8 |", md)
+        self.assertIn("1.0200 (", md)
+
+    def test_bad_input_one_line_exit_2_nothing_run(self):
+        for argv, want in ((["--pairs", "3", "--warmup", "3"], "--pairs (3) must be more than --warmup (3) + 1"),
+                           (["--pairs", "2", "--warmup", "5"], "--pairs (2) must be more than --warmup (5) + 1"),
+                           # one pair after the warmup: the even number counted is none
+                           (["--pairs", "4", "--warmup", "3"], "--pairs (4) must be more than --warmup (3) + 1"),
+                           (["--workloads", "bert"], "unknown workload 'bert'"),
+                           (["--workloads", "gpt2_ft,bert"], "unknown workload 'bert'"),
+                           (["--workloads", ","], "--workloads needs at least one name"),
+                           (["--compare", "ours:vms@native/pytorch"], "--compare 'ours:vms@native/pytorch'"),
+                           (["--procs", "0"], "--procs and --pairs must be >= 1"),
+                           (["--pairs", "x"], "invalid int value"),
+                           (["--pin", "x"], "a CPU list like 0-7")):
+            p, doc, _, log = self.alternate(*argv)
+            self.assertEqual(p.returncode, 2, (argv, p.stdout, p.stderr))
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, (argv, p.stderr))
+            self.assertTrue(p.stderr.startswith("alternate_steps: "), p.stderr)
+            self.assertIn(want, p.stderr)
+            self.assertEqual((log, doc), ([], None), argv)
+
+    def test_alternate_steps_sh_one_command(self):
+        with tempfile.TemporaryDirectory() as d:
+            py = fake_python(d, FAKE_ALT_PYTHON)
+            env = dict(os.environ, PYTHON=py, OUT=os.path.join(d, "out"), FAKE_LOG=os.path.join(d, "log"), WORKLOADS="gpt2_ft",
+                       COMPARE="ours:vms/pytorch", PROCS="1", PAIRS="4", WARMUP="1")
+            if not os.path.exists(os.path.join(ROOT, "packages/torch-alloc/build/lib/libgmlake_torch_alloc.so")):
+                self.skipTest("the engine is not built here: alternate-steps.sh stops before the build")
+            p = subprocess.run(["bash", os.path.join(HERE, "alternate-steps.sh")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+            doc, _ = report_files(os.path.join(d, "out"), "alternate-steps")
+            self.assertEqual((doc["settings"]["pairs"], doc["settings"]["warmup"], len(doc["runs"])), (4, 1, 1))
+            self.assertLess(doc["settings"]["time_limit_s"], 570)
+            # ours runs as the native class: its build first, a failed build one line, exit 2, nothing run
+            os.remove(os.path.join(d, "log"))
+            p = subprocess.run(["bash", os.path.join(HERE, "alternate-steps.sh")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                               env=dict(env, FAKE_BUILD_FAIL="1", OUT=os.path.join(d, "out2")))
+            self.assertEqual((p.returncode, len(p.stderr.strip().splitlines())), (2, 1), p.stderr)
+            self.assertIn("alternate-steps: gmlake: building the native CUDAAllocator failed: x.cc:1: error: nope", p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(d, "log")))
+            p = subprocess.run(["bash", os.path.join(HERE, "alternate-steps.sh")], capture_output=True, text=True, cwd=ROOT, timeout=30,
+                               env=dict(env, TOTAL="soon"))
+            self.assertEqual((p.returncode, len(p.stderr.strip().splitlines())), (2, 1), p.stderr)
+
+    # live_workloads.py itself on LargestBatch's stand-in torch and transformers, with a stand-in
+    # gmlake_torch; torch's seeds, the batches' shapes and the switches logged in order
+    def live_workloads(self, d, *argv, env=None):
+        torch_text = FAKE_LB_REAL_TORCH
+        for old, new in (("def manual_seed(s):\n    pass", "def manual_seed(s):\n    _event('seed', s)"),
+                         ("def randint(lo, hi, shape, device=None):\n    return _T(shape)",
+                          "def randint(lo, hi, shape, device=None):\n    _event('ids', list(shape))\n    return _T(shape)")):
+            self.assertIn(old, torch_text)
+            torch_text = torch_text.replace(old, new)
+        log = "import json as _json, os as _os\ndef _event(*e):\n    with open(_os.environ['FAKE_EVENTS'], 'a') as f:\n        f.write(_json.dumps(list(e)) + '\\n')\n"
+        torch_text = log + torch_text + "_event('conf', _os.environ.get('PYTORCH_CUDA_ALLOC_CONF'))\n"
+        ours = os.path.join(d, "ours", "gmlake_torch")
+        os.makedirs(ours, exist_ok=True)
+        for path, text in ((os.path.join(d, "torch.py"), torch_text), (os.path.join(d, "transformers.py"), FAKE_LB_TRANSFORMERS),
+                           (os.path.join(ours, "__init__.py"), "from torch import _event\ndef enable(policy, **kw):\n    _event('enable', policy, kw)\n"
+                                                             "def stats():\n    return {}\n"),
+                           (os.path.join(ours, "cuda_allocator.py"), "from torch import _event\ndef route(to):\n    _event('route', to)\n")):
+            with open(path, "w") as f:
+                f.write(text)
+        events = os.path.join(d, "events")
+        if os.path.exists(events):
+            os.remove(events)
+        e = dict(os.environ, PYTHONPATH=d, GMLAKE_TORCH_PY=os.path.join(d, "ours"), FAKE_EVENTS=events, **(env or {}))
+        p = subprocess.run([sys.executable, os.path.join(HERE, "live_workloads.py"), *argv], capture_output=True, text=True, env=e, timeout=120)
+        got = []
+        if os.path.exists(events):
+            with open(events) as f:
+                got = [json.loads(l) for l in f]
+        return p, got
+
+    def test_live_workloads_runs_each_step_three_times_seeded_alike(self):
+        import random
+        rng = random.Random(1234)  # live_workloads' seqs(2, 64, 1024)
+        lens = [rng.randint(64, 1024) for _ in range(2)]
+        with tempfile.TemporaryDirectory() as d:
+            # what the caller's environment says is replaced: the REF's setting
+            for ref, outside, conf in (("pytorch-expandable", "", "expandable_segments:True"), ("pytorch", "expandable_segments:True", None)):
+                p, events = self.live_workloads(d, "gpt2_ft", "--allocator", "ours:vms", "--steps", "2", "--alternate", ref,
+                                                env={"PYTORCH_CUDA_ALLOC_CONF": outside})
+                self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-3000:])
+                # PyTorch's own allocator configured as REF before torch is imported; ours as its own CUDAAllocator
+                want = [["conf", conf], ["enable", "vms", {"record": False, "interface": "native"}], ["seed", 1234]]
+                for k in range(6):
+                    want += [["seed", 1234 + k // 3], ["route", alternate_steps.route_of(k)], ["ids", [8, lens[k // 3]]]]
+                self.assertEqual(events, want, ref)
+                (line,) = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+                res = json.loads(line[len("RESULT "):])
+                self.assertEqual((res["steps"], res["step_route"]), (6, [alternate_steps.route_of(k) for k in range(6)]))
+            # without --alternate: no switch, no reseeding, the step route not kept
+            p, events = self.live_workloads(d, "gpt2_ft", "--allocator", "ours:vms", "--steps", "2")
+            self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+            self.assertEqual([e[0] for e in events], ["conf", "enable", "seed", "ids", "ids"])
+            self.assertEqual(events[1], ["enable", "vms", {"record": False}])
+            (line,) = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+            self.assertIsNone(json.loads(line[len("RESULT "):])["step_route"])
+
+    def test_live_workloads_refuses_alternate_without_ours_or_with_other_per_step_work(self):
+        with tempfile.TemporaryDirectory() as d:
+            for argv, want in ((["--allocator", "pytorch"], "alternates an ours:POLICY allocator's steps"),
+                               (["--allocator", "pytorch-expandable"], "alternates an ours:POLICY allocator's steps"),
+                               (["--allocator", "plug:pytorch"], "alternates an ours:POLICY allocator's steps"),
+                               (["--allocator", "ours:vms", "--record", os.path.join(d, "t.pickle")], "takes no --record"),
+                               (["--allocator", "ours:vms", "--busy-core", "odd"], "takes no --record"),
+                               (["--allocator", "ours:vms", "--profile-steps", "1"], "takes no --record")):
+                p, events = self.live_workloads(d, "gpt2_ft", "--steps", "2", "--alternate", "pytorch", *argv)
+                self.assertEqual(p.returncode, 1, (argv, p.stdout, p.stderr))
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, (argv, p.stderr))
+                self.assertTrue(p.stderr.startswith("live_workloads: --alternate "), p.stderr)
+                self.assertIn(want, p.stderr)
+                self.assertEqual(events, [], argv)  # refused before torch was imported
+        # the compiled workload's child says the same, in step_time's one line
+        p = subprocess.run([sys.executable, os.path.join(HERE, "step_time.py"), "child", "gpt2_124m_compile", "--allocator", "pytorch",
+                            "--alternate", "pytorch"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(p.stderr.strip(), "step_time: --alternate alternates an ours:POLICY allocator's steps with PyTorch's own")
+
+
 # ---- the native CUDAAllocator (packages/torch-alloc/python/gmlake_torch/cuda_allocator.cc) ------
 # Built here on stand-in headers with the declarations of torch 2.11's c10 CUDAAllocator (and a
 # newer variant, STUB_NEWEST: snapshot(id, include_traces), attachOomRejectionObserver, the
@@ -1310,13 +1616,35 @@ template <class... A> std::string Str(const A&... a) { std::ostringstream o; Cat
 #include <cstring>
 struct CUstream_st;
 typedef CUstream_st* cudaStream_t;
-enum cudaError_t { cudaSuccess = 0, cudaErrorPeerAccessAlreadyEnabled = 704 };
+#include <cstdlib>
+#include <map>
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorPeerAccessAlreadyEnabled = 704 };
 enum cudaMemcpyKind { cudaMemcpyDeviceToDevice = 3 };
 inline cudaError_t cudaMemGetInfo(size_t* f, size_t* t) { *f = 1u << 30; *t = 2u << 30; return cudaSuccess; }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { std::memcpy(d, s, n); return cudaSuccess; }
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t) { std::memcpy(d, s, n); return cudaSuccess; }
 inline cudaError_t cudaDeviceEnablePeerAccess(int, unsigned) { return cudaSuccess; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+// cudaMallocAsync's stand-in: host memory, each free checked against its alloc's stream, the
+// device syncs counted (one program's state: the routing driver reads it)
+struct StubAsync { std::map<void*, cudaStream_t> live; long mallocs = 0, frees = 0, bad_frees = 0, syncs = 0; };
+inline StubAsync stub_async;
+inline cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t s) {
+  *p = std::malloc(n);
+  if (*p == nullptr) return cudaErrorMemoryAllocation;
+  stub_async.live[*p] = s;
+  stub_async.mallocs++;
+  return cudaSuccess;
+}
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  auto it = stub_async.live.find(p);
+  if (it == stub_async.live.end() || it->second != s) { stub_async.bad_frees++; return cudaErrorInvalidValue; }
+  stub_async.live.erase(it);
+  std::free(p);
+  stub_async.frees++;
+  return cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize() { stub_async.syncs++; return cudaSuccess; }
 ''',
 "c10/cuda/CUDAFunctions.h": r'''
 #pragma once
@@ -1326,6 +1654,7 @@ inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 namespace c10 { using DeviceIndex = int8_t; }
 namespace c10::cuda {
 inline cudaError_t GetDevice(c10::DeviceIndex* d) { *d = 0; return cudaSuccess; }
+inline c10::DeviceIndex device_count() noexcept { return 2; }  // 2: the routing driver sees it reach init()
 }
 #define C10_CUDA_CHECK(e) TORCH_CHECK((e) == cudaSuccess, "cuda error")
 ''',
@@ -1373,6 +1702,8 @@ struct DataPtr {
   ~DataPtr() { if (ctx && d) d(ctx); }
   void* get() const { return p; }
   DeleterFnPtr get_deleter() const { return d; }
+  Device device() const { return dev; }
+  void* release_context() { void* c = ctx; ctx = nullptr; return c; }  // as c10's: get() stays, nothing deleted
 };
 struct Allocator {
   virtual ~Allocator() = default;
@@ -1509,7 +1840,7 @@ std::mutex mu;
 std::map<unsigned long, std::pair<size_t, void*>> live;
 unsigned long next_addr = 1ul << 40;
 size_t live_bytes = 0, peak_bytes = 0;
-long bad_frees = 0, empties = 0, records = 0, windows = 0;
+long bad_frees = 0, empties = 0, records = 0, windows = 0, allocs = 0;
 double fraction = 1.0;
 thread_local std::string err;
 }
@@ -1523,6 +1854,7 @@ X int gmlake_try_alloc(size_t size, int device, void* stream, void** out) {
   next_addr += (size + 511) / 512 * 512;
   live_bytes += size;
   if (live_bytes > peak_bytes) peak_bytes = live_bytes;
+  allocs++;
   return 0;
 }
 X void gmlake_free(void* p, size_t size, int device, void* stream) {
@@ -1584,7 +1916,7 @@ X void gmlake_set_memory_fraction(double f, int) { if (f <= 0) throw std::runtim
 long capture_mode = 0;
 X int gmlake_set_capture_check(int m) { long p = capture_mode; capture_mode = m; return (int)p; }
 X long fake_counts(int k) {
-  return k == 0 ? bad_frees : k == 1 ? (long)live.size() : k == 2 ? empties : k == 3 ? records : k == 4 ? windows : k == 6 ? filter_answer : k == 7 ? pool_uses : k == 8 ? checkpoint_drops : capture_mode;
+  return k == 0 ? bad_frees : k == 1 ? (long)live.size() : k == 2 ? empties : k == 3 ? records : k == 4 ? windows : k == 6 ? filter_answer : k == 7 ? pool_uses : k == 8 ? checkpoint_drops : k == 9 ? allocs : capture_mode;
 }
 '''
 
@@ -1732,8 +2064,192 @@ int main(int argc, char** argv) {
 }
 '''
 
+# PyTorch's own allocator's stand-in, current before the install (what the routing sends to):
+# host memory, every free checked against its allocs; its recordStream, as the real one's,
+# takes only DataPtrs with its own deleter. init() throws while fail_inits > 0.
+FAKE_THEIRS = r"""
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cstdlib>
+#include <set>
+namespace c10::cuda::CUDACachingAllocator::stub_theirs {
+struct Counts {
+  long inits = 0, init_arg = -1, fail_inits = 0, allocs = 0, frees = 0, bad_frees = 0, records = 0, foreign_records = 0, empties = 0;
+  cudaStream_t record_stream = nullptr;
+  std::set<void*> live;
+};
+inline Counts th;
+inline void Delete(void* p) {
+  if (th.live.erase(p) == 0) { th.bad_frees++; return; }
+  std::free(p);
+  th.frees++;
+}
+class Theirs final : public CUDAAllocator {
+ public:
+  bool init_ = false;
+  DataPtr allocate(size_t n) override { void* p = raw_alloc(n); return {p, p, &Delete, c10::Device(c10::DeviceType::CUDA, 0)}; }
+  DeleterFnPtr raw_deleter() const override { return &Delete; }
+  void copy_data(void*, const void*, std::size_t) const override {}
+  bool initialized() override { return init_; }
+  void emptyCache(MempoolId_t) override { th.empties++; }
+  DeviceStats getDeviceStats(c10::DeviceIndex) override { return {}; }
+  void resetAccumulatedStats(c10::DeviceIndex) override {}
+  void resetPeakStats(c10::DeviceIndex) override {}
+  void* raw_alloc(size_t n) override { return raw_alloc_with_stream(n, nullptr); }
+  void* raw_alloc_with_stream(size_t n, cudaStream_t) override {
+    TORCH_CHECK(init_, "theirs: allocation before init");
+    void* p = std::malloc(n);
+    th.live.insert(p);
+    th.allocs++;
+    return p;
+  }
+  void raw_delete(void* p) override { Delete(p); }
+  void init(int n) override {
+    if (th.fail_inits > 0) { th.fail_inits--; TORCH_CHECK(false, "no device (stub)"); }
+    th.inits++;
+    th.init_arg = n;
+    init_ = true;
+  }
+  double getMemoryFraction(c10::DeviceIndex) override { return 1.0; }
+  void setMemoryFraction(double, c10::DeviceIndex) override {}
+  std::vector<StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex) override { return {}; }
+  void enable(bool) override {}
+  bool isEnabled() const override { return true; }
+  void cacheInfo(c10::DeviceIndex, size_t* largest) override { *largest = 0; }
+  void* getBaseAllocation(void* p, size_t*) override { return p; }
+  void recordStream(const DataPtr& ptr, CUDAStream stream) override {
+    if (ptr.get_deleter() != &Delete || th.live.count(ptr.get()) == 0) { th.foreign_records++; return; }
+    th.records++;
+    th.record_stream = stream.stream();
+  }
+#ifdef STUB_NEWEST
+  SnapshotInfo snapshot(MempoolId_t, bool) override { return {}; }
+  void attachOomRejectionObserver(OomRejectionObserver) override {}
+#else
+  SnapshotInfo snapshot(MempoolId_t) override { return {}; }
+#endif
+  void beginAllocateToPool(c10::DeviceIndex, MempoolId_t, std::function<bool(cudaStream_t)>) override {}
+  void endAllocateToPool(c10::DeviceIndex, MempoolId_t) override {}
+  void releasePool(c10::DeviceIndex, MempoolId_t) override {}
+  ShareableHandle shareIpcHandle(void*) override { return {}; }
+  std::shared_ptr<void> getIpcDevPtr(std::string) override { return nullptr; }
+  void recordHistory(bool, CreateContextFn, size_t, RecordContext, bool, const std::vector<std::string>&) override {}
+  void attachOutOfMemoryObserver(OutOfMemoryObserver) override {}
+  void attachAllocatorTraceTracker(AllocatorTraceTracker) override {}
+  void enablePeerAccess(c10::DeviceIndex, c10::DeviceIndex) override {}
+  cudaError_t memcpyAsync(void*, int, const void*, int, size_t, cudaStream_t, bool) override { return cudaSuccess; }
+  std::shared_ptr<AllocatorState> getCheckpointState(c10::DeviceIndex, MempoolId_t) override { return nullptr; }
+  CheckpointDelta setCheckpointPoolState(c10::DeviceIndex, std::shared_ptr<AllocatorState>) override { return {}; }
+  std::string name() override { return "native"; }
+};
+}  // namespace c10::cuda::CUDACachingAllocator::stub_theirs
+"""
+
+ROUTE_DRIVER = r"""// Drives gmlake_native_route (alternate_steps.py's switches) with the stand-in of PyTorch's own
+// allocator current before the install, the stand-in engine and the stub's cudaMallocAsync: who
+// allocates after each switch, that every block goes back to the one that gave it (whatever the
+// route is at its free), record_stream, emptyCache and the refusals.
+#include <dlfcn.h>
+#include <cstdio>
+#include <string>
+""" + FAKE_THEIRS + r"""
+namespace c10::cuda::CUDACachingAllocator { std::atomic<CUDAAllocator*> allocator{nullptr}; }
+namespace c10::cuda { thread_local cudaStream_t t_current = nullptr; }
+extern "C" int gmlake_native_install(const char*, int, char*, size_t);
+extern "C" int gmlake_native_route(int, char*, size_t);
+namespace A = c10::cuda::CUDACachingAllocator;
+using A::stub_theirs::th;
+#define CHECK(c, ...) do { if (!(c)) { std::printf("FAIL %s: ", #c); std::printf(__VA_ARGS__); std::printf("\n"); return 1; } } while (0)
+int main(int, char** argv) {
+  void* fake = dlopen(argv[1], RTLD_NOW);
+  CHECK(fake, "%s", dlerror());
+  auto engine = reinterpret_cast<long (*)(int)>(dlsym(fake, "fake_counts"));  // 0 bad frees, 2 empties, 3 records, 4 windows, 9 allocs
+  char err[512] = {0};
+  auto route = [&](int r) { err[0] = 0; return gmlake_native_route(r, err, sizeof err); };
+  auto has = [&](const char* what) { return std::string(err).find(what) != std::string::npos; };
+  CHECK(route(1) == -1 && has("not installed"), "routing before the install: %s", err);
+  A::stub_theirs::Theirs theirs;
+  A::allocator.store(&theirs);
+  CHECK(gmlake_native_install(argv[1], 0, err, sizeof err) == 0, "%s", err);
+  A::CUDAAllocator* a = A::get();
+  CHECK(a != &theirs && a->name() == "gmlake", "installed over theirs");
+  a->init(1);
+  auto s1 = reinterpret_cast<cudaStream_t>(0x1000), s2 = reinterpret_cast<cudaStream_t>(0x2000), s3 = reinterpret_cast<cudaStream_t>(0x3000);
+  void* o1 = a->raw_alloc_with_stream(100, s1);
+  CHECK(engine(9) == 1 && th.allocs == 0 && th.inits == 0, "before any switch: the engine, theirs untouched");
+  a->emptyCache({0, 0});
+  CHECK(engine(2) == 1 && th.empties == 0, "never routed: emptyCache is the engine's alone");
+
+  th.fail_inits = 1;
+  CHECK(route(1) == -1 && std::string(err) == "gmlake: PyTorch's own allocator did not start: no device (stub)", "%s", err);
+  a->beginAllocateToPool(0, {0x42, 0}, nullptr);
+  CHECK(engine(4) == 1, "a refused switch leaves pool windows open");
+  a->endAllocateToPool(0, {0x42, 0});
+  a->releasePool(0, {0x42, 0});
+  CHECK(route(3) == -1 && std::string(err) == "gmlake: route 3 is not 0 (the engine), 1 (PyTorch's) or 2 (cudaMallocAsync)", "%s", err);
+  CHECK(route(-1) == -1 && has("route -1 is not"), "%s", err);
+  void* o2 = a->raw_alloc_with_stream(50, s1);
+  CHECK(engine(9) == 2 && th.allocs == 0, "refused switches switched nothing");
+  int64_t ours_live = a->getDeviceStats(0).allocation[0].current;
+  CHECK(ours_live == 2, "%ld", (long)ours_live);
+
+  // 1: PyTorch's own, initialized at the first switch with the device count
+  CHECK(route(1) == 0, "%s", err);
+  CHECK(th.inits == 1 && th.init_arg == 2, "theirs' init(c10::cuda::device_count()): %ld, %ld", th.inits, th.init_arg);
+  CHECK(route(1) == 0 && th.inits == 1, "initialized once");
+  void* t1 = a->raw_alloc_with_stream(300, s2);
+  CHECK(th.allocs == 1 && th.live.count(t1) == 1 && engine(9) == 2, "route 1: theirs allocates");
+  c10::cuda::t_current = s2;
+  {
+    c10::DataPtr d = a->allocate(400);
+    CHECK(th.allocs == 2 && d.get_deleter() == a->raw_deleter(), "a tensor of theirs behind our deleter (PyTorch sees one allocator)");
+    a->recordStream(d, c10::cuda::CUDAStream(s3));
+    CHECK(th.records == 1 && th.record_stream == s3 && th.foreign_records == 0 && engine(3) == 0,
+          "record_stream reached theirs with a DataPtr of its own deleter (%ld, %ld, %ld)", th.records, th.foreign_records, engine(3));
+    CHECK(th.frees == 0 && th.live.count(d.get()) == 1, "the stand-in DataPtr freed nothing");
+    CHECK(a->getDeviceStats(0).allocation[0].current == ours_live, "theirs' blocks are not counted as the engine's");
+    CHECK(route(0) == 0, "%s", err);
+  }
+  CHECK(th.frees == 1 && th.bad_frees == 0, "routed back to the engine, theirs' tensor went back to theirs");
+  void* o3 = a->raw_alloc_with_stream(60, s1);
+  CHECK(engine(9) == 3 && th.allocs == 2, "route 0: the engine again");
+  a->raw_delete(t1);
+  CHECK(th.frees == 2 && th.live.empty() && engine(0) == 0, "theirs' raw block freed by theirs");
+  CHECK(a->getDeviceStats(0).allocation[0].current == ours_live + 1, "theirs' frees are not the engine's");
+
+  // 2: cudaMallocAsync, freed on the block's stream; one another stream used waits for the device
+  CHECK(route(2) == 0, "%s", err);
+  void* p1 = a->raw_alloc_with_stream(128, s2);
+  CHECK(stub_async.mallocs == 1 && engine(9) == 3 && th.allocs == 2, "route 2: cudaMallocAsync allocates");
+  {
+    c10::DataPtr q = a->allocate(256);
+    CHECK(stub_async.mallocs == 2, "allocate() too");
+    a->recordStream(q, c10::cuda::CUDAStream(s3));
+    CHECK(engine(3) == 0 && th.records == 1 && th.foreign_records == 0, "a cudaMallocAsync block's record_stream goes to no allocator");
+    CHECK(route(0) == 0, "%s", err);
+    a->raw_delete(p1);
+    CHECK(stub_async.frees == 1 && stub_async.bad_frees == 0 && stub_async.syncs == 0, "freed on its stream without a device sync");
+  }
+  CHECK(stub_async.frees == 2 && stub_async.bad_frees == 0 && stub_async.syncs == 1 && stub_async.live.empty(),
+        "recorded on another stream: freed after a device sync (%ld syncs)", stub_async.syncs);
+
+  bool refused = false;
+  try { a->beginAllocateToPool(0, {0x43, 0}, nullptr); } catch (const c10::Error& e) { refused = std::string(e.what()).find("CUDA-graph pools are not supported") != std::string::npos; }
+  CHECK(refused && engine(4) == 0, "a pool window refused once routed, routed back or not");
+  a->emptyCache({0, 0});
+  CHECK(engine(2) == 2 && th.empties == 1, "routed: emptyCache empties theirs too");
+  a->raw_delete(o1);
+  a->raw_delete(o2);
+  a->raw_delete(o3);
+  CHECK(engine(0) == 0 && engine(1) == 0 && a->getDeviceStats(0).allocation[0].current == 0, "the engine's blocks freed by the engine with their size and stream");
+  CHECK(th.bad_frees == 0 && th.live.empty() && stub_async.bad_frees == 0, "no free went to the wrong allocator");
+  std::printf("OK\n");
+  return 0;
+}
+"""
+
 # A stand-in torch for gmlake_torch.cuda_allocator.build(): its headers (the stubs), libc10 and a
-# libc10_cuda that holds the current-allocator pointer and a pair loop through it.
+# libc10_cuda that holds the current-allocator pointer and a pair loop through it (and, for
+# route(), the stand-in of PyTorch's own allocator to put in place before the install).
 FAKE_TORCH_FOR_BUILD = {
     "torch/__init__.py": "__version__ = '2.11.0+stub'\nclass _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n",
     "torch/utils/__init__.py": "",
@@ -1749,6 +2265,12 @@ extern "C" int stub_pairs(int n) {
   if (!a->initialized()) a->init(1);
   for (int i = 0; i < n; i++) a->raw_delete(a->raw_alloc(size_t(512) << (i % 12)));
   return 0;
+}
+''' + FAKE_THEIRS + r'''
+extern "C" void stub_theirs_install() { c10::cuda::CUDACachingAllocator::allocator.store(new c10::cuda::CUDACachingAllocator::stub_theirs::Theirs()); }
+extern "C" long stub_theirs_counts(int k) {
+  auto& th = c10::cuda::CUDACachingAllocator::stub_theirs::th;
+  return k == 0 ? th.allocs : k == 1 ? th.frees : th.bad_frees;
 }
 '''
 
@@ -1767,7 +2289,8 @@ class NativeAllocator(unittest.TestCase):
         cls.lib = os.path.join(cls.dir.name, "lib")
         os.makedirs(cls.lib)
         cls.engine = os.path.join(cls.lib, "libgmlake_torch_alloc.so")  # the stand-in, where library_path() looks
-        for name, text in (("fake_engine.cc", FAKE_ENGINE), ("driver.cc", NATIVE_DRIVER), ("c10_cuda.cc", FAKE_C10_CUDA)):
+        for name, text in (("fake_engine.cc", FAKE_ENGINE), ("driver.cc", NATIVE_DRIVER), ("c10_cuda.cc", FAKE_C10_CUDA),
+                           ("route_driver.cc", ROUTE_DRIVER)):
             with open(os.path.join(cls.dir.name, name), "w") as f:
                 f.write(text)
         subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-o", cls.engine, os.path.join(cls.dir.name, "fake_engine.cc")], check=True)
@@ -1785,6 +2308,15 @@ class NativeAllocator(unittest.TestCase):
             p = subprocess.run([exe, self.engine, "100000"], capture_output=True, text=True, timeout=120)
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             self.assertEqual(p.stdout.strip(), "OK 200000")
+
+    def test_routing_on_both_header_variants(self):
+        for variant in ([], ["-DSTUB_NEWEST"]):
+            exe = os.path.join(self.dir.name, "route_driver" + "".join(variant))
+            b = subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Werror", "-I" + self.inc, *variant, "-o", exe,
+                                os.path.join(self.dir.name, "route_driver.cc"), self.SRC, "-ldl", "-lpthread"], capture_output=True, text=True)
+            self.assertEqual(b.returncode, 0, b.stderr[-3000:])
+            p = subprocess.run([exe, self.engine], capture_output=True, text=True, timeout=60)
+            self.assertEqual((p.returncode, p.stdout.strip()), (0, "OK"), p.stdout + p.stderr)
 
     def fake_torch(self, broken=False):
         root = os.path.join(self.dir.name, "broken" if broken else "torch-ok")
@@ -1827,6 +2359,41 @@ print(json.dumps({{"built": os.path.basename(path), "pairs": c10.stub_pairs(5000
         bad = subprocess.run([sys.executable, "-c", "import gmlake_torch.cuda_allocator as ca; ca.resolve_interface('plug')"],
                              capture_output=True, text=True, env=env)
         self.assertIn("interface must be one of pluggable, native", bad.stderr)
+
+    def test_route_through_python(self):
+        # cuda_allocator.route()'s names reach the class as the right numbers: stub_pairs' allocations
+        # land with theirs (pytorch), with neither (prime: cudaMallocAsync) or with the engine (ours)
+        env, tlib = self.fake_torch()
+        script = f"""
+import ctypes, json
+import gmlake_torch, gmlake_torch.cuda_allocator as ca
+def refused(to):
+    try:
+        ca.route(to)
+    except gmlake_torch.GmlakeError as e:
+        return str(e)
+c10 = ctypes.CDLL({os.path.join(tlib, "libc10_cuda.so")!r})
+out = {{"not_enabled": refused("ours")}}
+c10.stub_theirs_install()
+class Native: pass
+n = Native(); n.path = gmlake_torch.library_path(); n.lib = ctypes.CDLL(n.path)
+gmlake_torch._native = n  # as enable() leaves it; the pluggable interface has no cuda_allocator
+out["pluggable"] = refused("pytorch")
+ca.install(n, 0)
+out["unknown"] = refused("theirs")
+for to in ("pytorch", "prime", "ours"):
+    out[to] = [refused(to), c10.stub_pairs(50), c10.stub_theirs_counts(0), n.lib.fake_counts(9)]
+out["theirs_frees"] = [c10.stub_theirs_counts(1), c10.stub_theirs_counts(2), n.lib.fake_counts(0), n.lib.fake_counts(1)]
+print(json.dumps(out))
+"""
+        p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertEqual(json.loads(p.stdout), {
+            "not_enabled": "gmlake: not enabled (call gmlake_torch.enable() first)",
+            "pluggable": 'gmlake: routing needs enable(interface="native")',
+            "unknown": "gmlake: route is one of ours, pytorch, prime, not 'theirs'",
+            "pytorch": [None, 0, 50, 0], "prime": [None, 0, 50, 0], "ours": [None, 0, 50, 50],
+            "theirs_frees": [50, 0, 0, 0]})
 
     def test_a_failed_build_is_one_line(self):
         env, _ = self.fake_torch(broken=True)

@@ -15,6 +15,13 @@
 // node allocation, the two threads that allocate rarely meet on a shard), and those calls
 // are answered.
 //
+// Beside it, for benchmarks only: the allocator PyTorch had before the install stays callable;
+// gmlake_native_route(1) sends allocations to it, (2) to cudaMallocAsync, (0) back to the engine,
+// and each block goes back to the one that gave it. scripts/gpu/alternate_steps.py runs a job's
+// steps through the engine and PyTorch's own inside one process (fresh processes on the H200
+// host differ by up to 30%), each pair after a step through cudaMallocAsync on the same shapes,
+// which warms the process's per-shape caches (cuDNN plans) and neither allocator.
+//
 // Versions: written for torch 2.11's header. `override` marks only the methods every torch 2.x
 // declares alike; the others (their parameter types moved between versions) override
 // PyTorch's where the installed header matches, else are unused extras, and a pure method of
@@ -125,6 +132,28 @@ struct alignas(64) Shard {
     slots[i] = {k, size, stream};
   }
 
+  bool Find(uintptr_t k, size_t* size) const {
+    const size_t mask = slots.size() - 1;
+    for (size_t i = Home(k); slots[i].key != 0; i = (i + 1) & mask) {
+      if (slots[i].key == k) {
+        *size = slots[i].size;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  bool Mark(uintptr_t k, size_t bits) {
+    const size_t mask = slots.size() - 1;
+    for (size_t i = Home(k); slots[i].key != 0; i = (i + 1) & mask) {
+      if (slots[i].key == k) {
+        slots[i].size |= bits;
+        return true;
+      }
+    }
+    return false;
+  }
+
   bool Take(uintptr_t k, size_t* size, cudaStream_t* stream) {
     const size_t mask = slots.size() - 1;
     size_t i = Home(k);
@@ -179,6 +208,26 @@ inline bool Untrack(void* p, size_t* n, cudaStream_t* stream) {
   bool found = s.Take(k, n, stream);
   s.lock.unlock();
   return found;
+}
+
+// ---- PyTorch's own allocator beside the engine (benchmarks: the header above) -------------
+enum Route : int { kOurs = 0, kTheirs = 1, kPrime = 2 };
+CUDAAllocator* g_theirs = nullptr;    // the allocator found at install
+std::atomic<int> g_route{kOurs};      // who allocates now
+std::atomic<bool> g_routed{false};    // ever routed: no pool windows (their blocks would mix)
+// set in a live block's size: who gave it, and a cudaMallocAsync block another stream used
+constexpr size_t kGaveTheirs = size_t{1} << 63, kGavePrime = size_t{1} << 62, kRecorded = size_t{1} << 61;
+constexpr size_t kTags = kGaveTheirs | kGavePrime | kRecorded;
+
+inline size_t TagsOf(void* p) {
+  auto k = reinterpret_cast<uintptr_t>(p);
+  Shard& s = ShardOf(k);
+  size_t size = 0;
+  s.lock.lock();
+  bool found = s.Find(k, &size);
+  if (found && (size & kGavePrime) != 0) s.Mark(k, kRecorded);  // only asked by recordStream
+  s.lock.unlock();
+  return found ? size & kTags : 0;
 }
 
 // ---- statistics that PyTorch's DeviceStats has and the engine does not keep ---------------
@@ -249,6 +298,16 @@ class StitchAllocator final : public CUDAAllocator {
   // ---- the hot path ----
   void* Malloc(size_t n, cudaStream_t stream) {
     if (n == 0) return nullptr;
+    if (int route = g_route.load(std::memory_order_relaxed); route != kOurs) {
+      void* q = nullptr;
+      if (route == kTheirs) {
+        q = g_theirs->raw_alloc_with_stream(n, stream);
+      } else {
+        C10_CUDA_CHECK(cudaMallocAsync(&q, n, stream));
+      }
+      Track(q, n | (route == kTheirs ? kGaveTheirs : kGavePrime), stream);
+      return q;
+    }
     void* p = nullptr;
     int status = g_api.try_alloc(n, device_, stream, &p);
     if (status != 0) Fail(status, n);
@@ -263,6 +322,16 @@ class StitchAllocator final : public CUDAAllocator {
     size_t size = 0;
     cudaStream_t stream = nullptr;
     TORCH_CHECK(Untrack(p, &size, &stream), "gmlake: free of ", p, ", which this allocator did not hand out");
+    if ((size & kGaveTheirs) != 0) {
+      g_theirs->raw_delete(p);
+      return;
+    }
+    if ((size & kGavePrime) != 0) {
+      // in its stream's order, as PyTorch's own allocator reuses it; used on other streams: after them
+      if ((size & kRecorded) != 0) C10_CUDA_CHECK(cudaDeviceSynchronize());
+      C10_CUDA_CHECK(cudaFreeAsync(p, stream));
+      return;
+    }
     allocations_.Sub(1);
     requested_.Sub(static_cast<int64_t>(size));
     g_api.free(p, size, device_, stream);
@@ -319,7 +388,10 @@ class StitchAllocator final : public CUDAAllocator {
   void enable(bool value) { enabled_.store(value); }
   bool isEnabled() const { return enabled_.load(); }
 
-  void emptyCache(MempoolId_t /*mempool_id*/) { g_api.empty_cache(); }
+  void emptyCache(MempoolId_t /*mempool_id*/) {
+    g_api.empty_cache();
+    if (g_routed.load()) g_theirs->emptyCache();
+  }
   // cudnn.benchmark sizes its workspace from this: what the device has free (the engine
   // frees what it caches when a request would not fit, as PyTorch's allocator does).
   void cacheInfo(c10::DeviceIndex /*device*/, size_t* largestBlock) {
@@ -331,6 +403,15 @@ class StitchAllocator final : public CUDAAllocator {
   void recordStream(const DataPtr& ptr, CUDAStream stream) override {
     // only blocks of ours (a tensor of another allocator or from IPC is not ours to track)
     if (ptr.get() == nullptr || ptr.get_deleter() != &Deleter) return;
+    if (size_t tags = g_routed.load() ? TagsOf(ptr.get()) : 0; tags != 0) {
+      if ((tags & kGaveTheirs) != 0) {
+        // theirs checks the deleter is its own; the stand-in must not free on destruction
+        DataPtr theirs(ptr.get(), ptr.get(), g_theirs->raw_deleter(), ptr.device());
+        g_theirs->recordStream(theirs, stream);
+        (void)theirs.release_context();
+      }
+      return;  // a cudaMallocAsync block: TagsOf marked it, its free waits for the device
+    }
     g_api.record_stream(ptr.get(), stream.stream());
   }
 
@@ -385,6 +466,7 @@ class StitchAllocator final : public CUDAAllocator {
   // capture it makes and for use_mem_pool; allocations on the streams the filter takes go to
   // the pool (the engine's private-pools.ts), and the pool's last release gives its memory back.
   void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id, std::function<bool(cudaStream_t)> filter) {
+    TORCH_CHECK(!g_routed.load(), "gmlake: CUDA-graph pools are not supported while steps alternate with PyTorch's own allocator");
     g_api.begin_pool(device, mempool_id, std::move(filter));  // throws when the engine refuses
   }
   void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id) { g_api.end_pool(device, mempool_id); }
@@ -585,6 +667,37 @@ extern "C" __attribute__((visibility("default"))) int gmlake_native_install(cons
   dlclose(lib);  // the reference NOLOAD took; ctypes keeps the library loaded
   if (!missing.empty()) return fail(std::string("gmlake: ") + lib_path + " lacks " + missing);
   G::g_allocator.device_ = device;
+  G::g_theirs = current;
   A::allocator.store(&G::g_allocator);
+  return 0;
+}
+
+/**
+ * Benchmarks only: route 1 sends every allocation from now on to the allocator PyTorch had
+ * before gmlake_native_install (initialized here at the first switch), 2 to cudaMallocAsync,
+ * 0 back to the engine; a free goes to whichever gave the block. Call it between steps, with
+ * no allocation running. Returns 0, or -1 with a one-line reason in err.
+ */
+extern "C" __attribute__((visibility("default"))) int gmlake_native_route(int route, char* err, size_t errlen) {
+  namespace A = c10::cuda::CUDACachingAllocator;
+  namespace G = A::gmlake_native;
+  if (A::allocator.load() != &G::g_allocator || G::g_theirs == nullptr) {
+    std::snprintf(err, errlen, "gmlake: the native CUDAAllocator is not installed over one of PyTorch's");
+    return -1;
+  }
+  if (route < G::kOurs || route > G::kPrime) {
+    std::snprintf(err, errlen, "gmlake: route %d is not 0 (the engine), 1 (PyTorch's) or 2 (cudaMallocAsync)", route);
+    return -1;
+  }
+  if (route == G::kTheirs && !G::g_theirs->initialized()) {
+    try {
+      G::g_theirs->init(c10::cuda::device_count());
+    } catch (const std::exception& e) {
+      std::snprintf(err, errlen, "gmlake: PyTorch's own allocator did not start: %s", e.what());
+      return -1;
+    }
+  }
+  if (route != G::kOurs) G::g_routed.store(true);
+  G::g_route.store(route);
   return 0;
 }

@@ -79,3 +79,25 @@ def install(native, device):
     if os.environ.get("GMLAKE_CAPTURE_CHECK", "pool") != "always":
         native.lib.gmlake_set_capture_check(1)
     return lib_path
+
+
+ROUTES = ("ours", "pytorch", "prime")
+
+
+def route(to):
+    """Benchmarks only (scripts/gpu/alternate_steps.py): "pytorch" sends the allocations from
+    now on to the allocator PyTorch had before enable(interface="native"), "prime" to
+    cudaMallocAsync, "ours" back to the engine; each block is freed by the one that gave it.
+    Call it between steps. Raises GmlakeError."""
+    from . import _require
+
+    if to not in ROUTES:
+        raise GmlakeError(f"gmlake: route is one of {', '.join(ROUTES)}, not {to!r}")
+    lib = getattr(_require(), "cuda_allocator", None)
+    if lib is None:
+        raise GmlakeError('gmlake: routing needs enable(interface="native")')
+    lib.gmlake_native_route.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+    lib.gmlake_native_route.restype = ctypes.c_int
+    err = ctypes.create_string_buffer(512)
+    if lib.gmlake_native_route(ROUTES.index(to), err, len(err)) != 0:
+        raise GmlakeError(err.value.decode("utf-8", "replace"))
