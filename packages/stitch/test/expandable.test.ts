@@ -64,6 +64,25 @@ describe("expandable policy (PyTorch's expandable segments)", () => {
     a.close([q, r]);
   });
 
+  it("peekCached says where malloc lands from mapped free memory (the walk's best fit), null when it would map", () => {
+    const d = new SimDriver();
+    const a = new Allocator("expandable", d, { checkInvariants: 1, recorder: null });
+    expect(a.peekCached(8 * MiB, 0)).toBeNull(); // nothing mapped
+    const p = a.malloc(30 * MiB);
+    const q = a.malloc(8 * MiB);
+    const pAddr = p.addr;
+    a.free(p);
+    const calls = d.stats().totalCalls;
+    const at = a.peekCached(1.5 * MiB, 0); // the 30 MiB block, not the growable 2 MiB tail
+    expect(at).toBe(pAddr);
+    expect(a.peekCached(1.5 * MiB, 3)).toBeNull(); // no free memory of that stream
+    expect(a.peekCached(64 * MiB, 0)).toBeNull(); // it would map more pages
+    expect(d.stats().totalCalls).toBe(calls);
+    const r = a.malloc(1.5 * MiB);
+    expect(r.addr).toBe(at);
+    a.close([q, r]);
+  });
+
   it("unmaps only on empty_cache or the OOM path, only pages wholly inside free blocks", () => {
     const d = withCapacity(new SimDriver(), 100 * MiB);
     const a = new Allocator("expandable", d, { checkInvariants: 1 });

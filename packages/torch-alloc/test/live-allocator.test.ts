@@ -494,9 +494,9 @@ describe("the bridge", () => {
     const caching = await createBridge({ policy: "caching", driver: "sim" });
     expect([caching.peeks, caching.speculatesByDefault]).toEqual([true, true]);
     caching.text(TEXT_CLOSE, "");
-    const expandable = await createBridge({ policy: "expandable", driver: "sim" });
-    expect([expandable.peeks, expandable.speculatesByDefault]).toEqual([false, false]);
-    expandable.text(TEXT_CLOSE, "");
+    const gmlake = await createBridge({ policy: "gmlake", driver: "sim" });
+    expect([gmlake.peeks, gmlake.speculatesByDefault]).toEqual([false, false]);
+    gmlake.text(TEXT_CLOSE, "");
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
   });
 

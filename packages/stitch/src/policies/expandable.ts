@@ -118,7 +118,23 @@ export class ExpandableAllocator implements PolicyInstance {
     return b;
   }
 
+  /**
+   * Where malloc would serve from mapped free memory, no page mapped (PolicyInstance.peekCached):
+   * the best fit's address, as the allocated part of a split keeps the lower one.
+   */
+  peekCached(size: number, stream: number): number | null {
+    const rounded = roundSize(size, this.rp2);
+    return this.fit(rounded <= kSmallSize ? this.small : this.large, stream, rounded)?.addr ?? null;
+  }
+
   private getFreeBlock(pool: Pool, stream: number, size: number): Block | null {
+    const it = this.fit(pool, stream, size);
+    if (it !== null) pool.blocks.delete(it);
+    return it;
+  }
+
+  /** get_free_block's choice, left in the pool. */
+  private fit(pool: Pool, stream: number, size: number): Block | null {
     const blocks = pool.blocks;
     let it = blocks.seek(stream, size);
     if (it === null || it.stream !== stream) return null;
@@ -131,7 +147,6 @@ export class ExpandableAllocator implements PolicyInstance {
     }
     if (size < this.maxSplit && it.size >= this.maxSplit) return null;
     if (size >= this.maxSplit && it.size >= size + this.maxNonSplitRounding) return null;
-    blocks.delete(it);
     return it;
   }
 
