@@ -117,6 +117,13 @@ def summarize(runs, warmup):
                "diff_of_prime_step": diff / prime, "run_ratios": per_run}
         if all(p[3] is not None for p in every):
             row["process_cpu_share"] = {"ours": sum(p[3] for p in every) / sum(xs), "pytorch": sum(p[4] for p in every) / sum(ys)}
+        engines = [r.get("engine") or {} for r in mine]
+        if mine and all((e.get("calls") or {}).get("allocs") for e in engines):
+            # ours' allocations (its steps only) that took an answer the JS thread had worked out ahead
+            allocs = sum(e["calls"]["allocs"] for e in engines)
+            row["answered_ahead"] = sum(e.get("num_speculation_hits") or 0 for e in engines) / allocs
+            if all(e.get("num_speculation_misses") for e in engines):  # the rest, by why (torch-alloc README "Threading")
+                row["missed"] = {k: sum(e["num_speculation_misses"].get(k, 0) for e in engines) / allocs for k in ("none", "other", "behind")}
         rows.append(row)
     return rows
 
@@ -131,17 +138,21 @@ def markdown(doc):
               "through cudaMallocAsync on them (prime), which of the two goes first alternating. Ratio: ours' steps "
               "over PyTorch's, summed over the counted pairs of every process, Fieller's 95% interval; per process "
               "the same alone. Difference: ours' step minus PyTorch's (95% t-interval), and over the prime step "
-              "(a step with its per-shape work, as in a plain run). CPU: process CPU s per wall s in each side's steps.", "",
+              "(a step with its per-shape work, as in a plain run). CPU: process CPU s per wall s in each side's steps. "
+              "Ahead: ours' allocations that took an answer its JS thread had worked out before they came; missed: "
+              "those that found none standing / one for another request / frees queued after it.", "",
               "| workload | ours | against | processes, pairs | mean step s ours / PyTorch / prime | ratio (95% CI) | "
-              "difference ms (95% CI), of prime | per process | CPU ours / PyTorch |",
-              "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"]
+              "difference ms (95% CI), of prime | per process | CPU ours / PyTorch | ahead | missed |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
     for r in doc["summary"]:
         cpu = r.get("process_cpu_share")
         lines.append(f"| {r['workload']} | {r['allocator']} | {r['ref']} | {r['runs']}, {r['pairs']} | "
                      f"{r['mean_step_s']['ours']:.4f} / {r['mean_step_s']['pytorch']:.4f} / {r['mean_step_s']['prime']:.4f} | "
                      f"{r['ratio']:.4f} ({st.fmt_ci(*r['ci95'], 4)}) | {r['diff_ms'][0]:+.2f} ({st.fmt_ci(*r['diff_ms'][1:], 2)}), "
                      f"{100 * r['diff_of_prime_step']:+.2f}% | {', '.join(f'{q:.4f}' for q in r['run_ratios'])} | "
-                     + ("-" if cpu is None else f"{cpu['ours']:.2f} / {cpu['pytorch']:.2f}") + " |")
+                     + ("-" if cpu is None else f"{cpu['ours']:.2f} / {cpu['pytorch']:.2f}") + " | "
+                     + (f"{100 * r['answered_ahead']:.1f}%" if "answered_ahead" in r else "-") + " | "
+                     + (" / ".join(f"{100 * r['missed'][k]:.1f}%" for k in ("none", "other", "behind")) if "missed" in r else "-") + " |")
     failed = [r for r in doc["runs"] if not r.get("ok")]
     if failed:
         lines += ["", "## Runs that failed", ""] + [f"- {r['workload']} {r['allocator']}/{r['ref']} process {r['round']}: "

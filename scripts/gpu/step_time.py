@@ -270,6 +270,12 @@ def parse_cpus(text):
     return cpus
 
 
+# What a run's record keeps of the engine's stats(): how its requests were answered (the
+# foresight's answers taken, the JS thread's drains; torch-alloc README "Threading").
+ENGINE_KEPT = ("calls", "threading", "speculate", "num_speculations", "num_speculation_hits", "num_speculation_misses",
+               "num_free_drains")
+
+
 def one_run(py, workload, spec, steps, rnd, limit, pin=None, extra=()):
     allocator, env_extra = parse_allocator(spec)
     env = dict(os.environ, **env_extra)
@@ -299,6 +305,9 @@ def one_run(py, workload, spec, steps, rnd, limit, pin=None, extra=()):
                 pass
     if rc == 0 and result is not None and result.get("step_s"):
         st = result.get("engine") or {}
+        kept = {k: st[k] for k in ENGINE_KEPT if k in st}
+        if kept:
+            rec["engine"] = kept
         rec.update(ok=True, step_s=result["step_s"], values=result.get("values"), wall_s=result.get("wall_s"),
                    peak_reserved_bytes=result.get("peak_reserved_bytes") or st.get("reserved_bytes.all.peak"),
                    torch=result.get("torch"), gpu=result.get("gpu"), step_cpu_s=result.get("step_cpu_s"),
@@ -473,7 +482,7 @@ def child(argv):
 
     compiled = torch.compile(loss_of)  # default mode: no CUDA graphs
     gen = torch.Generator(device=dev).manual_seed(seed)
-    times, values, routes = [], [], []
+    times, values, routes, cpu, proc_cpu = [], [], [], [], []
     t_all = time.perf_counter()
     for k in range(a.steps * (3 if a.alternate else 1)):  # --alternate: three steps on the same tokens
         if route_of is not None:
@@ -481,6 +490,7 @@ def child(argv):
             cuda_allocator.route(routes[-1])
         if a.alternate:
             gen.manual_seed(seed + k // 3)
+        c0, p0 = time.thread_time(), time.process_time()
         t0 = time.perf_counter()
         ids = torch.randint(0, vocab, (batch, ctx + 1), device=dev, generator=gen)
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -490,14 +500,16 @@ def child(argv):
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        cpu.append(round(time.thread_time() - c0, 6))
+        proc_cpu.append(round(time.process_time() - p0, 6))
         values.append(loss.item())
     res = {"workload": a.name, "allocator": a.allocator, "steps": len(times), "step_s": times, "values": values,
            "wall_s": time.perf_counter() - t_all, "rep": a.rep, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
-           "step_route": routes or None}
+           "step_route": routes or None, "step_cpu_s": cpu, "step_proc_cpu_s": proc_cpu}
     if ours is None:
         res["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     else:
-        res["engine"] = {"reserved_bytes.all.peak": ours.stats().get("reserved_bytes.all.peak")}
+        res["engine"] = {k: v for k, v in ours.stats().items() if k in ENGINE_KEPT + ("reserved_bytes.all.peak",)}
     print("RESULT " + json.dumps(res), flush=True)
     return 0
 

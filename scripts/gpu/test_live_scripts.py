@@ -1311,7 +1311,9 @@ for k in range(3 * int(pairs)):
     routes.append(r)
     steps.append({"prime": 0.3, "pytorch": base, "ours": ratio * base}[r])
 print("RESULT " + json.dumps({"workload": w, "allocator": alloc, "step_s": steps, "step_route": routes,
-                              "step_proc_cpu_s": [s / 2 for s in steps]}))
+                              "step_proc_cpu_s": [s / 2 for s in steps],
+                              "engine": {"calls": {"allocs": 400, "frees": 400}, "num_speculation_hits": 100 * int(rep),
+                                         "reserved_bytes.all.peak": 1 << 30, "num_device_alloc": 3}}))
 PY
 fi
 if [ "$1" = -m ] && [ "$2" = gmlake_torch ] && [ "$3" = build-cuda-allocator ]; then
@@ -1403,6 +1405,22 @@ class AlternateSteps(unittest.TestCase):
         self.assertAlmostEqual(r["process_cpu_share"]["pytorch"], 0.25)
         self.assertNotIn("process_cpu_share", rows[1])  # no CPU times in those runs
         self.assertEqual((rows[1]["ratio"], rows[1]["run_ratios"]), (1.5, [1.5]))
+        self.assertNotIn("answered_ahead", r)  # no engine counts in those runs
+
+    def test_summarize_the_share_of_allocations_answered_ahead(self):
+        run = lambda rnd, hits, allocs: dict(alternating_run([0.2] * 6, [0.2] * 6, rnd=rnd),
+                                             engine={"calls": {"allocs": allocs}, "num_speculation_hits": hits})
+        rows = alternate_steps.summarize([run(1, 30, 100), run(2, 60, 200)], 2)
+        self.assertAlmostEqual(rows[0]["answered_ahead"], 90 / 300)
+        self.assertIn("| 30.0% | - |", alternate_steps.markdown({"settings": {"pairs": 6, "warmup": 2}, "runs": [], "summary": rows}))
+        self.assertNotIn("missed", rows[0])  # runs from before the misses were counted
+        missed = lambda rnd, m: dict(run(rnd, 30, 100), engine=dict(run(rnd, 30, 100)["engine"], num_speculation_misses=m))
+        rows = alternate_steps.summarize([missed(1, {"none": 40, "other": 20, "behind": 10}), missed(2, {"none": 20, "other": 0, "behind": 10})], 2)
+        self.assertEqual(rows[0]["missed"], {"none": 0.3, "other": 0.1, "behind": 0.1})
+        self.assertIn("| 30.0% | 30.0% / 10.0% / 10.0% |", alternate_steps.markdown({"settings": {"pairs": 6, "warmup": 2}, "runs": [], "summary": rows}))
+        # one process without the counts: no share over part of the processes
+        rows = alternate_steps.summarize([run(1, 30, 100), alternating_run([0.2] * 6, [0.2] * 6, rnd=2)], 2)
+        self.assertNotIn("answered_ahead", rows[0])
 
     def write_doc(self, path, warmup, runs, date="x"):
         with open(path, "w") as f:
@@ -1465,6 +1483,9 @@ class AlternateSteps(unittest.TestCase):
         self.assertEqual((vms["runs"], vms["pairs"]), (2, 8))  # 4 counted pairs of the 5 after 1 of warmup
         self.assertAlmostEqual(vms["ratio"], 1.02, places=9)
         self.assertAlmostEqual(caching["ratio"], 1.05, places=9)
+        # the record keeps how ours' requests were answered, none of the rest of its stats
+        self.assertEqual(doc["runs"][0]["engine"], {"calls": {"allocs": 400, "frees": 400}, "num_speculation_hits": 100})
+        self.assertAlmostEqual(vms["answered_ahead"], (100 + 200) / 800)
         self.assertEqual([r["ref"] for r in doc["runs"]], ["pytorch-expandable", "pytorch", "pytorch", "pytorch-expandable"])
         self.assertIn("| gpt2_ft | ours:vms | pytorch-expandable | 2, 8 |", md)
         self.assertIn("1.0200 (", md)

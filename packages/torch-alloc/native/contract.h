@@ -60,8 +60,12 @@ enum GmlakeQueueSlot {
   kQueueTakebacks = 10,        // allocations that took a queued free back (GMLAKE_TAKEBACK): pairs the engine never saw
   kQueueTakebackBytes = 11,
   kQueueTakebackOn = 12,       // 1: the take-back is on
+  // Allocations that took no answer worked out ahead (GMLAKE_SPECULATE), by why:
+  kQueueSpecMissNone = 13,     // none standing: not worked out since the engine last changed (the JS thread busy), or nothing foreseen
+  kQueueSpecMissOther = 14,    // one for another size or stream
+  kQueueSpecMissBehind = 15,   // one for this request, but frees were queued after it was worked out
 };
-constexpr int kFreeQueueHeader = 13;
+constexpr int kFreeQueueHeader = 16;
 constexpr int kFreeQueueLength = kFreeQueueHeader + 3 * (kFreeQueueSlots + kFrontCacheMaxEntries);
 
 // Statuses below 0 returned by the operations.

@@ -118,7 +118,14 @@ bool FreeQueue::TakeAlloc(double size, double device, double stream, double* add
       return true;
     }
   }
-  if (spec_.valid && size > 0 && spec_.size == size && spec_.stream == stream && device == device_ && queue_.empty()) {
+  if (specContext_.load(std::memory_order_relaxed) == 0) return false;
+  if (!spec_.valid) {
+    specMiss_[0] += 1;
+  } else if (size <= 0 || spec_.size != size || spec_.stream != stream || device != device_) {
+    specMiss_[1] += 1;
+  } else if (!queue_.empty()) {
+    specMiss_[2] += 1;
+  } else {
     spec_.valid = false;
     specHits_ += 1;
     QueueLocked(spec_.addr, -size, stream);
@@ -272,6 +279,9 @@ void FreeQueue::HandOver(bool draining) {
   slots_[kQueueTakebacks] = takebacks_;
   slots_[kQueueTakebackBytes] = takebackBytes_;
   slots_[kQueueTakebackOn] = takeBack_.load(std::memory_order_relaxed) ? 1 : 0;
+  slots_[kQueueSpecMissNone] = specMiss_[0];
+  slots_[kQueueSpecMissOther] = specMiss_[1];
+  slots_[kQueueSpecMissBehind] = specMiss_[2];
   if (n == 0) return;
   std::memcpy(slots_ + kFreeQueueHeader, queue_.data(), take * sizeof(double));
   slots_[kQueueFrees] = static_cast<double>(take / 3);

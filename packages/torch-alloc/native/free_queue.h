@@ -154,6 +154,7 @@ class FreeQueue {
   Spec spec_{false, 0, 0, 0};
   std::vector<Req> reqLog_;  // every alloc, in the order callers took the mutex, for the JS thread to learn from
   double speculations_ = 0, specHits_ = 0;
+  double specMiss_[3] = {0, 0, 0};  // allocations that took none: none standing, another request, frees behind it
   // The queue's length for the JS thread's spin loop, on a line of its own.
   alignas(64) std::atomic<uint32_t> pending_{0};
   // Set at start, read by every call without the mutex.

@@ -34,6 +34,9 @@ import {
   QUEUE_FRONT_CACHE_PASSES,
   QUEUE_SPEC_CONTEXT,
   QUEUE_SPEC_HITS,
+  QUEUE_SPEC_MISS_BEHIND,
+  QUEUE_SPEC_MISS_NONE,
+  QUEUE_SPEC_MISS_OTHER,
   QUEUE_SPECULATIONS,
   QUEUE_TAKEBACK_BYTES,
   QUEUE_TAKEBACK_ON,
@@ -425,6 +428,13 @@ export class LiveAllocator {
       // GMLAKE_SPECULATE: answers the JS thread worked out ahead of the allocation it expected, and allocations that took one
       num_speculations: this.nativeCounts?.[QUEUE_SPECULATIONS] ?? 0,
       num_speculation_hits: this.nativeCounts?.[QUEUE_SPEC_HITS] ?? 0,
+      // the allocations that took none, by why: none standing (the JS thread had not worked one out since the
+      // engine last changed, or foresaw nothing), one for another size or stream, one with frees queued after it
+      num_speculation_misses: {
+        none: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE] ?? 0,
+        other: this.nativeCounts?.[QUEUE_SPEC_MISS_OTHER] ?? 0,
+        behind: this.nativeCounts?.[QUEUE_SPEC_MISS_BEHIND] ?? 0,
+      },
       // how many allocations the foresight looks back on (GMLAKE_SPECULATE; 0: off)
       speculate: this.nativeCounts?.[QUEUE_SPEC_CONTEXT] ?? 0,
       // GMLAKE_TAKEBACK: allocations that took a queued free back, alloc+free pairs of equal size the engine never saw (calls leaves them out)

@@ -59,7 +59,7 @@ export const FRONT_CACHE_MAX_ENTRIES = 256;
  * The free queue's header, its slots QUEUE_* below. An entry with a negative size is an
  * allocation a caller took from a foreseen answer: the engine makes it, at that address.
  */
-export const FREE_QUEUE_HEADER = 13;
+export const FREE_QUEUE_HEADER = 16;
 /** The header's slots by name (contract.h GmlakeQueueSlot). */
 export const QUEUE_FREES = 0;
 export const QUEUE_FREE_ERRORS = 1;
@@ -76,5 +76,11 @@ export const QUEUE_TAKEBACKS = 10;
 export const QUEUE_TAKEBACK_BYTES = 11;
 /** 1: the take-back is on. */
 export const QUEUE_TAKEBACK_ON = 12;
+/** Allocations that took no answer worked out ahead, by why: none standing (not worked out since the engine last changed, or nothing foreseen), */
+export const QUEUE_SPEC_MISS_NONE = 13;
+/** one for another size or stream, */
+export const QUEUE_SPEC_MISS_OTHER = 14;
+/** one for this request with frees queued after it was worked out. */
+export const QUEUE_SPEC_MISS_BEHIND = 15;
 /** The free queue's Float64Array: the header, then (address, size, stream) for the queue and a whole front cache given back. */
 export const FREE_QUEUE_LENGTH = FREE_QUEUE_HEADER + 3 * (FREE_QUEUE_SLOTS + FRONT_CACHE_MAX_ENTRIES);

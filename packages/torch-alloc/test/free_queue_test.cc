@@ -11,6 +11,8 @@
 // 4. answers worked out ahead: an alloc after a pair taken back still takes the answer (engine
 //    and queue as they were), both allocations logged for the foresight; a foreseen block's
 //    free taken back leaves the engine's allocation queued
+// 4b. the allocations that took no answer, counted by why: none standing, one for another
+//    request, frees queued after it; none counted with the foresight off
 // 5. only the last kTakeBackScan takeable frees are looked at; close stops the take-back
 // 6. the entries of frees the engine took are swept once there are many; the take-back goes on
 #include <cstdio>
@@ -182,6 +184,23 @@ void WithForesight() {
   Check(t.HandOver() == Entries{{0x8000, -2 * MiB}}, "the engine still makes the foreseen allocation, at its address");
 }
 
+void MissReasons() {
+  Queue t(false, 6);
+  auto misses = [&] { return std::vector<double>{t.Slot(kQueueSpecMissNone), t.Slot(kQueueSpecMissOther), t.Slot(kQueueSpecMissBehind)}; };
+  Check(t.Alloc(MiB) == 0, "no answer worked out: the engine's");
+  t.q.Foresee(2 * MiB, 0, 0x8000);
+  Check(t.Alloc(MiB) == 0 && t.Alloc(2 * MiB, kS) == 0, "an answer for 2 MiB on stream 0: not for 1 MiB nor for stream kS");
+  t.q.Free(0x1000, MiB, 0, false);
+  Check(t.Alloc(2 * MiB) == 0, "a free queued after the answer: it may land elsewhere now");
+  Check(misses() == std::vector<double>{1, 2, 1}, "the misses by why: none standing 1, another request 2, frees behind 1");
+  t.q.Foresee(2 * MiB, 0, 0x8000);  // worked out again after the hand-over (Slot hands the queue over)
+  Check(t.Alloc(2 * MiB) == 0x8000 && misses() == std::vector<double>{1, 2, 1}, "a hit counts no miss");
+  Check(t.Alloc(2 * MiB) == 0 && misses()[0] == 2, "an answer is taken once: the next finds none standing");
+  Queue off(false, 0);
+  off.Alloc(MiB);
+  Check(off.Slot(kQueueSpecMissNone) == 0, "the foresight off: no miss counted");
+}
+
 void ScanAndClose() {
   Queue t;
   for (int i = 0; i < 40; i++) t.Engine(0x100000 + i * 0x1000, 512 * (i + 1));
@@ -222,6 +241,7 @@ int main() {
   Lifo();
   EngineDecides();
   WithForesight();
+  MissReasons();
   ScanAndClose();
   Sweep();
   if (g_failed == 0) std::printf("free_queue_test: all checks passed\n");

@@ -399,6 +399,12 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
         return f"GMLAKE_SPECULATE={spec_env}: no allocation took an answer worked out ahead ({stats['num_speculations']} made)"
     if not expect and stats["num_speculations"] != 0:
         return f"{stats['num_speculations']} answers worked out with speculation off"
+    # every allocation that reached the library took an answer, was taken back, or missed for one reason
+    misses = sum(stats["num_speculation_misses"].values())
+    if expect and capacity_bytes is None and stats["num_speculation_hits"] + misses + takebacks != counts["allocs"]:
+        return f"{stats['num_speculation_hits']} answers taken, {misses} misses ({stats['num_speculation_misses']}), {takebacks} taken back for {counts['allocs']} allocs"
+    if not expect and misses != 0:
+        return f"{misses} misses counted with speculation off"
     if not drains and stats["num_free_drains"] != 0:
         return f"{stats['num_free_drains']} drains with {threading_design} and GMLAKE_DRAIN_US={os.environ.get('GMLAKE_DRAIN_US')}"
     if stats["live_blocks"] != 0 or stats["allocated_bytes.all.current"] != 0:
