@@ -153,6 +153,29 @@ describe("gmlake state 2: stitch, StitchFree, sPool reuse", () => {
     a.close([]);
   });
 
+  it("peekCached says where malloc lands without new memory or a mapping: a pBlock, a cached sBlock, the small pool; null where it would stitch", () => {
+    const { a, driver } = make(SMALL_FRAG);
+    expect(a.peekCached(4 * MiB, 0)).toBeNull(); // empty pools: new memory
+    const [lo] = twoFree(a);
+    let p: number | null = null;
+    expect(calls(driver, () => (p = a.peekCached(16 * MiB, 0)))).toEqual({}); // nothing asked of the driver
+    expect(p).toBeNull(); // no pBlock of 16 MiB, no sBlock: it would stitch
+    expect(a.peekCached(4 * MiB, 1)).toBeNull(); // another stream's pBlocks
+    expect(a.peekCached(4 * MiB, 0)).toBe(lo); // the best fit (the lower address of the size tie), split low
+    const r = a.malloc(4 * MiB);
+    expect(r.addr).toBe(lo);
+    a.free(r);
+    const s = a.malloc(16 * MiB); // stitched
+    a.free(s);
+    expect(a.peekCached(16 * MiB, 0)).toBe(s.addr); // the cached sBlock, reused
+    const s2 = a.malloc(16 * MiB);
+    expect(s2.addr).toBe(s.addr);
+    const small = a.malloc(1000);
+    expect(a.peekCached(4096, 0)).toBe(small.addr + small.size); // the small pool, split front
+    expect(a.malloc(4096).addr).toBe(small.addr + small.size);
+    a.close();
+  });
+
   it("reuseLimit bounds the sBlock handed out; a new stitch fragments the cached one", () => {
     const { a, g } = make({ ...SMALL_FRAG, reuseLimit: 1.2 });
     twoFree(a);

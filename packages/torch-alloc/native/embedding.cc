@@ -64,7 +64,7 @@ bool Embedding::OnBridge(const NodeHost::Bridge& bridge, std::string* err) {
   }
   if (context > 0) {
     if (!bridge.peeks) {
-      *err = "GMLAKE_SPECULATE needs a policy that can say where an allocation would land (peekCached; vms can)";
+      *err = "GMLAKE_SPECULATE needs a policy that can say where an allocation would land (peekCached, as every built-in has)";
       return false;
     }
     if (queue_.frontCacheEntries() != 0) {

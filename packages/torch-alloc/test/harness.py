@@ -237,8 +237,8 @@ class Live:
             del self.ends[addr]
 
 
-# the built-in policies with peekCached (gmlake has none)
-PEEKING_BUILTINS = ("vms", "caching", "expandable")
+# the built-in policies with peekCached (every one)
+PEEKING_BUILTINS = ("vms", "caching", "expandable", "gmlake")
 
 
 def expected_speculate(threading_design, builtin_peeks, front_cache_entries=0):
@@ -953,6 +953,21 @@ def speculate_outside():
         gmlake_torch.close()
     print(json.dumps({"case": "speculate-outside-policy", "speculate": s["speculate"], "hits": s["num_speculation_hits"]}))
     return None
+
+
+def speculate_blind_policy():
+    """GMLAKE_SPECULATE asked for an outside policy without peekCached (vms with it taken away):
+    refused at start, one line."""
+    stitch = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "stitch", "dist", "index.js")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "blind-vms.mjs")
+        with open(path, "w") as f:
+            f.write(f"import {{ getPolicy }} from {json.dumps('file://' + os.path.realpath(stitch))};\n"
+                    "const vms = getPolicy('vms');\n"
+                    "export default { ...vms, name: 'blind-vms', description: 'vms that cannot say where a malloc lands',\n"
+                    "  create(ctx, o) { const i = vms.create(ctx, o); i.peekCached = undefined; return i; } };\n")
+        return expect_start_error("GMLAKE_SPECULATE needs a policy that can say where an allocation would land", policy="blind-vms",
+                                  driver="host", threading="thread", policy_module=path)
 
 
 def bad_module():
@@ -1733,8 +1748,7 @@ CASES = {
                                                    threading="locker"),
     "speculate-env": lambda: expect_start_error("GMLAKE_SPECULATE takes how many allocations the foresight looks back on, 0 (off) to 8, not 'all'",
                                                 policy="vms", driver="host", threading="thread"),
-    "speculate-bad-policy": lambda: expect_start_error("GMLAKE_SPECULATE needs a policy that can say where an allocation would land",
-                                                       policy="gmlake", driver="host", threading="thread"),
+    "speculate-bad-policy": speculate_blind_policy,
     "speculate-front-cache": lambda: expect_start_error("GMLAKE_SPECULATE and the front cache (frontCacheEntries) do not go together",
                                                         policy="vms", driver="host", threading="thread", front_cache_entries=16),
     "speculate-outside-policy": speculate_outside,

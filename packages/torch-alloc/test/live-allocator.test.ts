@@ -495,12 +495,11 @@ describe("the bridge", () => {
     expect(b.live.stats().live_blocks).toBe(1);
     expect(b.live.driver.stats().totalCalls).toBe(calls);
     expect(b.call(OP_FREE, at, 4 * MiB, 0)).toBe(0);
-    const caching = await createBridge({ policy: "caching", driver: "sim" });
-    expect([caching.peeks, caching.speculatesByDefault]).toEqual([true, true]);
-    caching.text(TEXT_CLOSE, "");
-    const gmlake = await createBridge({ policy: "gmlake", driver: "sim" });
-    expect([gmlake.peeks, gmlake.speculatesByDefault]).toEqual([false, false]);
-    gmlake.text(TEXT_CLOSE, "");
+    for (const policy of ["caching", "expandable", "gmlake"]) {
+      const other = await createBridge({ policy, driver: "sim" }); // every built-in says where a malloc lands
+      expect([policy, other.peeks, other.speculatesByDefault]).toEqual([policy, true, true]);
+      other.text(TEXT_CLOSE, "");
+    }
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).leaks).toEqual({ reservations: 0, mappings: 0, liveBytes: 0, events: 0 });
   });
 

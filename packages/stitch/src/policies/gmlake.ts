@@ -88,6 +88,23 @@ export class GmlakeAllocator extends GmlakeState implements PolicyInstance {
     return b;
   }
 
+  /**
+   * Where malloc would serve with no new memory and no mapping (PolicyInstance.peekCached): the
+   * small pool's best fit; state 1's pBlock (the low part of a split) or cached sBlock. Stitching
+   * maps a new range, so a request that would stitch is not answered ahead (null). Without it the
+   * live allocator's foresight answered none of gmlake's requests ahead.
+   */
+  peekCached(size: number, stream: number): number | null {
+    let rounded = roundSize(size, this.rp2);
+    if (rounded <= kSmallSize) return this.small.peekCached(size, stream);
+    rounded = Math.ceil(rounded / this.C) * this.C;
+    const f = this.large.seek(stream, rounded);
+    if (f !== null && f.stream === stream) return this.fits(f, rounded) ? f.addr : null;
+    if (!this.vmm) return null;
+    const k = this.sPool.seek(stream, rounded);
+    return k === null || k.stream !== stream || k.size > rounded * this.reuseLimit ? null : (k.data as SBlock).addr;
+  }
+
   /** PyTorch's small pool; its out-of-memory path also releases the large cache, as release_cached_blocks does. */
   private mallocSmall(size: number, stream: number): Block | null {
     const b = this.small.malloc(size, stream);
