@@ -12,6 +12,12 @@
 //   hot_pair   a 1 MiB alloc and its free at once, again and again on stream 0 (Python's
 //              torch.empty(n) then del in a loop): with GMLAKE_TAKEBACK=1 every alloc after the
 //              first takes the queued free back (free_queue.h)
+//   burst      allocations in bursts, as a compiled step makes them: K of a cycle of 24 sizes back
+//              to back, the K oldest of the 2K live freed, then G us of the caller's own work (a
+//              spin, as kernel launches): mean us per alloc, and with one JS thread how its answers
+//              worked out ahead went (stats(): taken, missed by why) for K x G in 1 x 5, 4 x 20,
+//              4 x 5, 4 x 2, 4 x 0; burst_after_hot: 1 x 5 again after the hot loops, from its
+//              first allocation (how soon the throttle lets answers come back)
 //   js_pair    the same loop run inside the embedded Node (gmlake_bench_js_pairs): the
 //              JS engine's work alone, mean ns per pair
 //   capture_check  one cuStreamIsCapturing(legacy stream) in a loop, when libcuda.so.1 loads and
@@ -43,6 +49,7 @@ using PingFn = double (*)(double);
 using TryAllocFn = int (*)(size_t, int, void*, void**);
 using FreeFn = void (*)(void*, size_t, int, void*);
 using JsPairsFn = double (*)(int, void*);
+using TextFn = char* (*)(int, const char*);
 
 StartFn start;
 ErrFn lastError;
@@ -50,6 +57,7 @@ PingFn ping;
 TryAllocFn tryAlloc;
 FreeFn freeFn;
 JsPairsFn jsPairs;
+TextFn text;
 
 // libcuda, when present: PyTorch's threads have the device's primary context current;
 // the benchmark's threads get it too (MakeCurrent), and the capture check is timed alone.
@@ -210,6 +218,69 @@ void HotPairs(int calls, std::vector<double>* pair) {
   }
 }
 
+// The number after "key": in the engine's statistics (JSON), 0 when absent.
+double StatOf(const std::string& json, const char* key, size_t from = 0) {
+  size_t at = json.find(std::string("\"") + key + "\":", from);
+  return at == std::string::npos ? 0 : std::strtod(json.c_str() + at + std::strlen(key) + 3, nullptr);
+}
+
+// Answers taken and missed so far, and made: {hits, none, other, behind, made}.
+std::vector<double> AnswerCounts() {
+  char* t = text(1 /* kTextStats */, "");
+  std::string json = t ? t : "";
+  std::free(t);
+  size_t misses = json.find("\"num_speculation_misses\":");
+  if (misses == std::string::npos) return {0, 0, 0, 0, 0};
+  return {StatOf(json, "num_speculation_hits"), StatOf(json, "none", misses), StatOf(json, "other", misses), StatOf(json, "behind", misses),
+          StatOf(json, "num_speculations")};
+}
+
+// burst: K allocations back to back, the K oldest of 2K freed, then `gapUs` of the caller's work;
+// counted after a tenth of `calls` (`fromStart`: from the first, to see how soon answers come back).
+std::string Bursts(int calls, int k, double gapUs, bool fromStart = false) {
+  MakeCurrent();
+  std::vector<size_t> cycle(24);
+  for (size_t i = 0; i < cycle.size(); ++i) cycle[i] = size_t(512) << ((i * 7) % 15);  // 512 B .. 8 MiB
+  std::vector<std::pair<void*, size_t>> live;
+  size_t next = 0;
+  double sum = 0;
+  int n = 0;
+  std::vector<double> before;
+  const int warm = fromStart ? 0 : calls / 10;
+  for (int i = 0; n < calls; ++i) {
+    if (i == warm) before = AnswerCounts();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int j = 0; j < k; ++j) {
+      size_t size = cycle[next++ % cycle.size()];
+      void* p = nullptr;
+      if (tryAlloc(size, 0, nullptr, &p) != 0) {
+        std::fprintf(stderr, "alloc failed: %s\n", lastError());
+        std::exit(1);
+      }
+      live.push_back({p, size});
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    if (live.size() >= size_t(2 * k)) {
+      for (int j = 0; j < k; ++j) freeFn(live[j].first, live[j].second, 0, nullptr);
+      live.erase(live.begin(), live.begin() + k);
+    }
+    for (auto s = std::chrono::steady_clock::now(); Us(s, std::chrono::steady_clock::now()) < gapUs;) {
+    }
+    if (i >= warm) {
+      sum += Us(t0, t1);
+      n += k;
+    }
+  }
+  for (auto& l : live) freeFn(l.first, l.second, 0, nullptr);
+  std::vector<double> after = AnswerCounts();
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "{\"k\":%d,\"gap_us\":%.0f,\"alloc_us\":%.3f,\"answers_made\":%.3f,\"answered_ahead\":%.3f,\"missed\":{\"none\":%.3f,\"other\":%.3f,\"behind\":%.3f}}",
+                k, gapUs, sum / n, (after[4] - before[4]) / n, (after[0] - before[0]) / n, (after[1] - before[1]) / n, (after[2] - before[2]) / n,
+                (after[3] - before[3]) / n);
+  return buf;
+}
+
 // One cuStreamIsCapturing on the legacy stream (PyTorch's default), timed alone.
 std::vector<double> CaptureChecks(int calls) {
   MakeCurrent();
@@ -284,7 +355,8 @@ int main(int argc, char** argv) {
   lastError = reinterpret_cast<ErrFn>(dlsym(lib, "gmlake_last_error"));
   tryAlloc = reinterpret_cast<TryAllocFn>(dlsym(lib, "gmlake_try_alloc"));
   freeFn = reinterpret_cast<FreeFn>(dlsym(lib, "gmlake_free"));
-  if (!start || !lastError || !tryAlloc || !freeFn) {
+  text = reinterpret_cast<TextFn>(dlsym(lib, "gmlake_text"));
+  if (!start || !lastError || !tryAlloc || !freeFn || !text) {
     std::fprintf(stderr, "threading_bench: %s lacks an entry point\n", argv[1]);
     return 1;
   }
@@ -337,6 +409,11 @@ int main(int argc, char** argv) {
   RunThreads(1, [&](int, std::vector<double>* v) { PingThread(calls / 10 + 1, v); });  // warm-up
   Summary p1 = RunThreads(1, [&](int, std::vector<double>* v) { PingThread(calls, v); });
   Summary pn = RunThreads(threads, [&](int, std::vector<double>* v) { PingThread(calls, v); });
+  // first, before the hot loops below can turn the foresight's throttle on (PeekThrottle: it
+  // looks again only after 256 answers made at 1 in 16 chances), the gapped ones first
+  std::string burst;
+  for (auto [k, gap] : {std::pair<int, double>{1, 5}, {4, 20}, {4, 5}, {4, 2}, {4, 0}})
+    burst += (burst.empty() ? "" : ",") + Bursts(calls, k, gap);
   RunThreads(1, [&](int id, std::vector<double>* v) { PairThread(id, calls / 10 + 1, v); });  // warm-up
   Summary a1 = RunThreads(1, [&](int id, std::vector<double>* v) { PairThread(id, calls, v); });
   Summary an = RunThreads(threads, [&](int id, std::vector<double>* v) { PairThread(id, calls, v); });
@@ -344,6 +421,8 @@ int main(int argc, char** argv) {
   PbPairs(calls, &pbPair, &pbAlloc, &pbFree);
   std::vector<double> hotPair;
   HotPairs(calls, &hotPair);
+  // the gapped pattern again after the hot loops, counted from its first allocation
+  std::string burstAfter = Bursts(calls / 4, 1, 5, true);
   double jsNs = jsPairs(calls, nullptr);
   if (jsNs < 0) {
     std::fprintf(stderr, "threading_bench: js_pair failed: %s\n", lastError());
@@ -357,9 +436,9 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"threading\":\"%s\",\"policy\":\"%s\",\"driver\":\"%s\",\"capture_check_mode\":\"%s\",\"threads\":%d,\"calls\":%d,\"start_ms\":%.1f,"
       "\"ping_1\":%s,\"ping_n\":%s,\"pair_1\":%s,\"pair_n\":%s,\"pb_pair\":%s,\"pb_alloc\":%s,\"pb_free\":%s,\"hot_pair\":%s,"
-      "\"js_pair\":{\"mean_us\":%.3f},\"capture_check\":%s}\n",
+      "\"burst\":[%s],\"burst_after_hot\":%s,\"js_pair\":{\"mean_us\":%.3f},\"capture_check\":%s}\n",
       argv[2], policy.c_str(), driver.c_str(), captureCheck.c_str(), threads, calls, startMs, Json(p1).c_str(), Json(pn).c_str(), Json(a1).c_str(),
       Json(an).c_str(), Json(Summarize(pbPair)).c_str(), Json(Summarize(pbAlloc)).c_str(), Json(Summarize(pbFree)).c_str(),
-      Json(Summarize(hotPair)).c_str(), jsNs / 1000, capture.c_str());
+      Json(Summarize(hotPair)).c_str(), burst.c_str(), burstAfter.c_str(), jsNs / 1000, capture.c_str());
   return 0;
 }

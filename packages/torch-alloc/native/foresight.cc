@@ -55,13 +55,21 @@ bool Foresight::Foresee(Req* out) const {
 }
 
 void PeekThrottle::Observe(double made, double taken) {
-  if (made - windowMade_ >= 256) {
+  // throttled, answers are made 16 times more slowly: a window of 16 spans as many chances
+  // (~256) as one of 256 does unthrottled, so a pattern that comes back is seen as soon
+  if (made - windowMade_ >= (few_ ? 16 : 256)) {
     few_ = (taken - windowTaken_) < (made - windowMade_) / 8;
     windowMade_ = made;
     windowTaken_ = taken;
   }
 }
 
-bool PeekThrottle::Allow() { return !(few_ && (++chances_ & 15) != 0); }
+bool PeekThrottle::Allow() {
+  if (!few_) return true;
+  draw_ ^= draw_ << 13;
+  draw_ ^= draw_ >> 17;
+  draw_ ^= draw_ << 5;
+  return (draw_ >> 28) == 0;  // 1 in 16, from the draw's high bits
+}
 
 }  // namespace gmlake

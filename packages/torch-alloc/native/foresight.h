@@ -51,7 +51,12 @@ class Foresight {
 };
 
 // While callers take few answers (under 1 in 8 of the last 256 made: no pattern to foresee,
-// or no gap between calls, as in a hot loop), the JS thread peeks at 1 in 16 chances only.
+// or no gap between calls, as in a hot loop), the JS thread peeks at 1 in 16 chances only,
+// and looks again after 16 answers made (about as many chances as 256 unthrottled). Which
+// chances is drawn at random: the JS thread gets two chances per allocation (after the call,
+// after the drain of its free), and every 16th of them was always the first kind, whose
+// answer the drain then voids, so a throttled job never took one again (bench/threading_bench.cc,
+// burst_after_hot).
 class PeekThrottle {
  public:
   // The answers made and taken so far: a window of 256 made closes and says whether few were taken.
@@ -62,7 +67,7 @@ class PeekThrottle {
  private:
   double windowMade_ = 0, windowTaken_ = 0;
   bool few_ = false;
-  uint32_t chances_ = 0;
+  uint32_t draw_ = 0x9e3779b9u;  // xorshift32's state (never 0)
 };
 
 }  // namespace gmlake

@@ -158,11 +158,24 @@ void Throttle() {
   PeekThrottle t;
   Check(Allowed(&t, 32) == 32, "before any window closed, every chance is taken");
   t.Observe(256, 0);
-  Check(Allowed(&t, 32) == 2, "256 answers made, none taken: 1 chance in 16");
-  t.Observe(300, 200);
-  Check(Allowed(&t, 32) == 2, "no new window before 256 more are made");
-  t.Observe(512, 250);
-  Check(Allowed(&t, 32) == 32, "the next 256 made, 250 taken (1 in 8 or more): every chance again");
+  int n = Allowed(&t, 1600);
+  Check(n > 60 && n < 140, "256 answers made, none taken: about 1 chance in 16 (" + std::to_string(n) + " of 1600)");
+  // two kinds of chance taking turns (after a call, after a drain): both get peeks
+  int even = 0, odd = 0;
+  for (int i = 0; i < 1600; i++) {
+    if (t.Allow()) (i % 2 ? odd : even) += 1;
+  }
+  Check(even > 20 && odd > 20, "throttled, both of two alternating kinds of chance peek (" + std::to_string(even) + ", " + std::to_string(odd) + ")");
+  t.Observe(270, 1);
+  Check(Allowed(&t, 1600) < 140, "throttled: 14 more made, no new window before 16");
+  t.Observe(272, 1);
+  Check(Allowed(&t, 1600) < 140, "16 made throttled, 1 taken (under 1 in 8): still about 1 chance in 16");
+  t.Observe(288, 12);
+  Check(Allowed(&t, 32) == 32, "the next 16 made, 11 taken (1 in 8 or more): every chance again");
+  t.Observe(400, 30);
+  Check(Allowed(&t, 32) == 32, "unthrottled, no new window before 256 more are made");
+  t.Observe(544, 40);
+  Check(Allowed(&t, 1600) < 140, "the next 256 made, 28 taken (under 1 in 8): about 1 in 16 again");
 }
 
 }  // namespace
