@@ -119,7 +119,7 @@ def summarize(runs, warmup):
             row["process_cpu_share"] = {"ours": sum(p[3] for p in every) / sum(xs), "pytorch": sum(p[4] for p in every) / sum(ys)}
         engines = [r.get("engine") or {} for r in mine]
         if mine and all((e.get("calls") or {}).get("allocs") for e in engines):
-            # ours' allocations (its steps only) that took an answer the JS thread had worked out ahead
+            # ours' allocations (its steps and the setup before them) that took an answer its JS thread had worked out ahead
             allocs = sum(e["calls"]["allocs"] for e in engines)
             row["answered_ahead"] = sum(e.get("num_speculation_hits") or 0 for e in engines) / allocs
             if all(e.get("num_speculation_misses") for e in engines):  # the rest, by why (torch-alloc README "Threading")

@@ -101,8 +101,13 @@ export class GmlakeAllocator extends GmlakeState implements PolicyInstance {
     const f = this.large.seek(stream, rounded);
     if (f !== null && f.stream === stream) return this.fits(f, rounded) ? f.addr : null;
     if (!this.vmm) return null;
-    const k = this.sPool.seek(stream, rounded);
-    return k === null || k.stream !== stream || k.size > rounded * this.reuseLimit ? null : (k.data as SBlock).addr;
+    return this.cachedSBlock(stream, rounded)?.addr ?? null;
+  }
+
+  /** State 1's cached sBlock for a request no pBlock fits: the sPool's best fit, within reuseLimit. */
+  private cachedSBlock(stream: number, size: number): SBlock | null {
+    const k = this.sPool.seek(stream, size);
+    return k === null || k.stream !== stream || k.size > size * this.reuseLimit ? null : (k.data as SBlock);
   }
 
   /** PyTorch's small pool; its out-of-memory path also releases the large cache, as release_cached_blocks does. */
@@ -142,10 +147,9 @@ export class GmlakeAllocator extends GmlakeState implements PolicyInstance {
    * the pPool); other sBlocks mapping those chunks become fragmented.
    */
   private reuse(stream: number, size: number): Block | null {
-    const k = this.sPool.seek(stream, size);
-    if (k === null || k.stream !== stream || k.size > size * this.reuseLimit) return null;
-    const S = k.data as SBlock;
-    this.sPool.delete(k);
+    const S = this.cachedSBlock(stream, size);
+    if (S === null) return null;
+    this.sPool.delete(S.key);
     this.freeS.delete(S);
     const C = this.C;
     const keep = size / C;
