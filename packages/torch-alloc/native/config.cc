@@ -70,6 +70,15 @@ bool ReadEmbedConfig(int threading, EmbedConfig* out, std::string* err) {
     out->speculate = static_cast<int>(v);
     out->speculateAsked = true;
   }
+  if (const char* k = std::getenv("GMLAKE_AHEAD")) {
+    char* end = nullptr;
+    long v = std::strtol(k, &end, 10);
+    if (*k == '\0' || *end != '\0' || v < 1 || v > kAheadMax) {
+      *err = std::string("GMLAKE_AHEAD takes how many answers are worked out ahead at once, 1 to ") + std::to_string(kAheadMax) + ", not '" + k + "'";
+      return false;
+    }
+    out->ahead = static_cast<int>(v);
+  }
   if (const char* t = std::getenv("GMLAKE_TAKEBACK")) {
     if (std::strcmp(t, "0") != 0 && std::strcmp(t, "1") != 0) {
       *err = std::string("GMLAKE_TAKEBACK takes 0 (off) or 1 (an allocation takes back a queued free of its size and stream), not '") + t + "'";

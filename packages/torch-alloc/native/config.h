@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "foresight.h"  // kAheadMax, kAheadDefault
+
 namespace gmlake {
 
 // What libgmlake_embed.so takes from the environment at gmlake_embed_start.
@@ -20,6 +22,9 @@ struct EmbedConfig {
   // GMLAKE_SPECULATE=K (one JS thread only; 0: off); asked: set, so a start that cannot have it is refused, not quietly off
   int speculate = 0;
   bool speculateAsked = false;
+  // GMLAKE_AHEAD=N (1 .. kAheadMax; default kAheadDefault): answers worked out ahead at once, each
+  // after the ones before it are made (free_queue.h); 1: one at a time, as before
+  int ahead = kAheadDefault;
   // GMLAKE_TAKEBACK=1 (default 0): an alloc takes back a queued free of its size and stream
   // (free_queue.h); off by default, as the engine would have placed some of those allocations elsewhere
   bool takeBack = false;

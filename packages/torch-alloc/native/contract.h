@@ -29,6 +29,7 @@ enum GmlakeOp {
   kOpPoolCheckpoint = 18,      // (pool id first, second) -> a checkpoint of its blocks (getCheckpointState): its id > 0
   kOpPoolDropCheckpoint = 19,  // (checkpoint id) -> 1 if dropped, 0 if there was none
   kOpFreeInPoolWindow = 20,    // (address, size, stream): kOpFree while a pool window is open (queued alike, never taken back)
+  kOpMakeAhead = 21,           // (size, device, stream) foreseen next: the last answer made ahead, then where this lands, or kStatusNotCached
 };
 
 // Frees need no answer, so gmlake_embed_call(kOpFree) only queues them (no isolate, a

@@ -95,7 +95,7 @@ bool Embedding::OnBridge(const NodeHost::Bridge& bridge, std::string* err) {
 }
 
 double Embedding::CallEngine(int op, double a, double b, double c, std::string* err) {
-  if (queue_.on()) queue_.HandOver(draining_);
+  if (queue_.on()) queue_.HandOver(draining_, op == kOpMakeAhead || op == kOpFlush);
   const bool timed = parts_.on() && !ownCall_;  // the JS thread's own drains and peeks are nobody's call
   uint64_t js[2];
   double v;
@@ -172,11 +172,12 @@ void Embedding::Drain() {
 // `seen`: the last request taken; one posted since goes first (a peek would only delay it).
 void Embedding::Speculate(uint32_t seen) {
   if (queue_.foresightContext() == 0) return;
-  double made, taken;
-  bool queued = queue_.TakeLearned(&learn_, &made, &taken);
+  double made, taken, aheadMade, aheadTaken;
+  bool queued = queue_.TakeLearned(&learn_, &made, &taken, &aheadMade, &aheadTaken);
   for (const Req& r : learn_) foresight_.Learn(r);
   learn_.clear();
   throttle_.Observe(made, taken);
+  aheadThrottle_.Observe(aheadMade, aheadTaken);
   Req next;
   if (queued || !foresight_.Foresee(&next)) return;  // frees first (a drain follows, then this again)
   if (!throttle_.Allow()) return;
@@ -184,9 +185,20 @@ void Embedding::Speculate(uint32_t seen) {
   ownCall_ = true;
   std::string err;
   double addr = CallEngine(kOpPeek, next.size, queue_.device(), next.stream, &err);
+  if (addr > 0 && queue_.Foresee(next.size, next.stream, addr) && config_.ahead > 1 && aheadThrottle_.Allow()) {
+    // the answers after it (GMLAKE_AHEAD): each foreseen as if the ones before had come, and
+    // worked out once the engine made those (kOpMakeAhead), while no request waits; while few
+    // of them are taken (a free comes between the allocations after all), at 1 chance in 16
+    Req chain[kAheadMax];
+    chain[0] = next;
+    for (int i = 1; i < config_.ahead && !handoff_.PostedSince(seen); i++) {
+      if (!foresight_.ForeseeAfter(chain, i, &next) || !next.direct) break;
+      addr = CallEngine(kOpMakeAhead, next.size, queue_.device(), next.stream, &err);
+      if (addr <= 0 || !queue_.Foresee(next.size, next.stream, addr, i)) break;
+      chain[i] = next;
+    }
+  }
   ownCall_ = false;
-  if (addr <= 0) return;
-  queue_.Foresee(next.size, next.stream, addr);
 }
 
 }  // namespace gmlake

@@ -81,6 +81,7 @@ class Embedding : private Handoff::Worker {
   bool ownCall_ = false;               // a call it makes for itself (a drain, a peek): nobody's call, not timed
   Foresight foresight_;
   PeekThrottle throttle_;
+  PeekThrottle aheadThrottle_{2};  // GMLAKE_AHEAD: chains grow past their first answer while 1 in 2 of those are taken
   std::vector<Req> learn_;  // the callers' allocations taken over from the queue's log
 };
 

@@ -15,7 +15,7 @@ uint64_t MixIn(uint64_t h, double x) {
 
 uint64_t Foresight::ContextTag(const Req* hist, int len, int k) {
   uint64_t h = static_cast<uint64_t>(k);
-  for (int i = len - k; i < len; i++) h = MixIn(MixIn(h, hist[i].size), hist[i].stream);
+  for (int i = len - k; i < len; i++) h = MixIn(MixIn(h, hist[i].size), hist[i].direct ? -hist[i].stream - 1 : hist[i].stream);
   // the table takes the low bits, which the products above barely move (sizes differ in high bits)
   h ^= h >> 33;
   h *= 0xc4ceb9fe1a85ec53ull;
@@ -42,9 +42,18 @@ void Foresight::Learn(const Req& r) {
   hist_[histLen_++] = r;
 }
 
-bool Foresight::Foresee(Req* out) const {
-  for (int k = histLen_; k >= 1; k--) {
-    uint64_t t = ContextTag(hist_, histLen_, k);
+bool Foresight::Foresee(Req* out) const { return ForeseeAfter(nullptr, 0, out); }
+
+bool Foresight::ForeseeAfter(const Req* extra, int n, Req* out) const {
+  // the last context_ of the history followed by `extra`
+  Req h[kSpecMaxContext + kAheadMax];
+  int len = 0;
+  for (int i = 0; i < histLen_; i++) h[len++] = hist_[i];
+  for (int i = 0; i < n && i < kAheadMax; i++) h[len++] = extra[i];
+  const Req* hist = h + (len > context_ ? len - context_ : 0);
+  int hl = len > context_ ? context_ : len;
+  for (int k = hl; k >= 1; k--) {
+    uint64_t t = ContextTag(hist, hl, k);
     const Slot& sl = table_[t & (kSlots - 1)];
     if (sl.tag == t) {
       *out = sl.next;
@@ -58,7 +67,7 @@ void PeekThrottle::Observe(double made, double taken) {
   // throttled, answers are made 16 times more slowly: a window of 16 spans as many chances
   // (~256) as one of 256 does unthrottled, so a pattern that comes back is seen as soon
   if (made - windowMade_ >= (few_ ? 16 : 256)) {
-    few_ = (taken - windowTaken_) < (made - windowMade_) / 8;
+    few_ = (taken - windowTaken_) < (made - windowMade_) / divisor_;
     windowMade_ = made;
     windowTaken_ = taken;
   }

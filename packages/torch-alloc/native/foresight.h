@@ -13,6 +13,9 @@ namespace gmlake {
 // One allocation request as the predictor sees it.
 struct Req {
   double size, stream;
+  // no free came between it and the allocation before it (a burst's): only then is it worth
+  // making the one before ahead (GMLAKE_AHEAD), as a free in between drops the answers standing
+  bool direct = false;
 };
 
 // The most allocations the foresight looks back on (GMLAKE_SPECULATE's upper bound).
@@ -20,6 +23,10 @@ constexpr int kSpecMaxContext = 8;
 // The default with one JS thread (H200, BENCHMARKS.md "Host time per step (runs 31 to 33)": vms's host time in
 // alloc+free fell to or below PyTorch expandable_segments' own on lora, fsdp and gpt2_ft).
 constexpr int kSpecDefault = 6;
+// Answers worked out ahead at once (GMLAKE_AHEAD): each after the ones before it are made, so
+// that a burst of allocations (a compiled step's) finds one standing for each, not only the first.
+constexpr int kAheadMax = 8;
+constexpr int kAheadDefault = 4;
 
 // Which allocation followed the last k ones (k = K .. 1), in a direct-mapped table (a
 // collision only makes a wrong guess, which the caller's exact match turns into a miss),
@@ -35,6 +42,8 @@ class Foresight {
   void Learn(const Req& r);
   // The allocation that followed the longest context seen before that matches the last ones.
   bool Foresee(Req* out) const;
+  // The same, as if `n` more allocations (`extra`, n <= kAheadMax) had followed the last ones.
+  bool ForeseeAfter(const Req* extra, int n, Req* out) const;
 
   // The tag of the last k of `hist` (never 0, which marks an empty slot); its low bits pick the slot.
   static uint64_t ContextTag(const Req* hist, int len, int k);
@@ -59,12 +68,16 @@ class Foresight {
 // burst_after_hot).
 class PeekThrottle {
  public:
+  // few: under 1 in `divisor` of the answers made taken (8 for peeks; making ahead, which costs
+  // an allocation and its undo, is throttled under 1 in 2)
+  explicit PeekThrottle(double divisor = 8) : divisor_(divisor) {}
   // The answers made and taken so far: a window of 256 made closes and says whether few were taken.
   void Observe(double made, double taken);
   // Whether this chance to peek is taken.
   bool Allow();
 
  private:
+  double divisor_;
   double windowMade_ = 0, windowTaken_ = 0;
   bool few_ = false;
   uint32_t draw_ = 0x9e3779b9u;  // xorshift32's state (never 0)

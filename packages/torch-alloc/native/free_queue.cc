@@ -41,6 +41,7 @@ bool FreeQueue::Free(double address, double size, double stream, bool frontCache
   std::lock_guard<std::mutex> lock(mutex_);
   // room for one more entry (this free, or the held block it pushes out)
   if (queue_.size() >= 3 * static_cast<size_t>(kFreeQueueSlots)) return false;
+  freedSinceAlloc_ = true;
   if (frontCache) {
     HoldOrQueueLocked(address, size, stream);
   } else if (takeBack_.load(std::memory_order_relaxed)) {
@@ -109,7 +110,8 @@ bool FreeQueue::TakeAlloc(double size, double device, double stream, double* add
   std::lock_guard<std::mutex> lock(mutex_);
   if (specContext_.load(std::memory_order_relaxed) != 0) {
     if (reqLog_.size() >= 4096) reqLog_.clear();  // the JS thread slept through them: start learning again
-    reqLog_.push_back({size, stream});            // a pair taken back too: the foresight learns the real sequence
+    reqLog_.push_back({size, stream, !freedSinceAlloc_});  // a pair taken back too: the foresight learns the real sequence
+    freedSinceAlloc_ = false;
   }
   if (takeBack_.load(std::memory_order_relaxed)) {
     double taken = TakeBackLocked(size, device, stream);
@@ -119,18 +121,23 @@ bool FreeQueue::TakeAlloc(double size, double device, double stream, double* add
     }
   }
   if (specContext_.load(std::memory_order_relaxed) == 0) return false;
-  if (!spec_.valid) {
+  if (chainHead_ >= chainLen_) {
     specMiss_[0] += 1;
-  } else if (size <= 0 || spec_.size != size || spec_.stream != stream || device != device_) {
+    return false;
+  }
+  const Spec& s = chain_[chainHead_];
+  if (size <= 0 || s.size != size || s.stream != stream || device != device_) {
     specMiss_[1] += 1;
-  } else if (!queue_.empty()) {
+  } else if (queue_.size() != 3 * chainTaken_) {
     specMiss_[2] += 1;
   } else {
-    spec_.valid = false;
+    if (chainHead_ > 0) aheadTaken_ += 1;
+    chainHead_++;
+    chainTaken_++;
     specHits_ += 1;
-    QueueLocked(spec_.addr, -size, stream);
-    if (takeBack_.load(std::memory_order_relaxed)) AllocatedLocked(spec_.addr, size, stream);
-    *address = spec_.addr;
+    QueueLocked(s.addr, -size, stream);
+    if (takeBack_.load(std::memory_order_relaxed)) AllocatedLocked(s.addr, size, stream);
+    *address = s.addr;
     return true;
   }
   return false;
@@ -156,7 +163,7 @@ void FreeQueue::GiveBackHeld(bool closing) {
 void FreeQueue::StopForeseeing() {
   std::lock_guard<std::mutex> lock(mutex_);
   specContext_.store(0);
-  spec_.valid = false;
+  chainLen_ = chainHead_ = 0;
   // the queued frees stay queued, for the engine (close frees every block it has)
   takeBack_.store(false);
   takeable_.clear();
@@ -243,14 +250,18 @@ void FreeQueue::RecordStream(double address) {
   }
 }
 
-void FreeQueue::HandOver(bool draining) {
+void FreeQueue::HandOver(bool draining, bool extending) {
   std::lock_guard<std::mutex> lock(mutex_);
-  spec_.valid = false;  // the engine's state changes from here on: a foreseen answer no longer holds
   size_t n = queue_.size();
   // The queue holds at most kFreeQueueSlots frees plus one cache given back (a free that finds
   // it fuller hands it over first). Should it ever hold more, the rest waits for the next call.
   constexpr size_t kRoom = kFreeQueueLength - kFreeQueueHeader;
   size_t take = n < kRoom ? n : kRoom;
+  // The engine's state changes from here on, so the answers standing no longer hold; but the JS
+  // thread's kOpMakeAhead or drain, handed only the allocations that took them, changes nothing
+  // else, and they all still do (the bridge keeps its side of the chain likewise).
+  if (!extending || n != 3 * chainTaken_) chainLen_ = chainHead_ = 0;
+  chainTaken_ = 0;
   if (draining && take > 0) {
     drains_ += 1;
     for (size_t i = 1; i < take; i += 3) drainedFrees_ += queue_[i] >= 0 ? 1 : 0;  // not the foreseen allocations
@@ -295,18 +306,25 @@ bool FreeQueue::TakeFailedMark() {
   return true;
 }
 
-bool FreeQueue::TakeLearned(std::vector<Req>* learn, double* made, double* taken) {
+bool FreeQueue::TakeLearned(std::vector<Req>* learn, double* made, double* taken, double* aheadMade, double* aheadTaken) {
   std::lock_guard<std::mutex> lock(mutex_);
   learn->swap(reqLog_);
   *made = speculations_;
   *taken = specHits_;
+  if (aheadMade != nullptr) *aheadMade = aheadMade_;
+  if (aheadTaken != nullptr) *aheadTaken = aheadTaken_;
   return !queue_.empty();
 }
 
-void FreeQueue::Foresee(double size, double stream, double address) {
+bool FreeQueue::Foresee(double size, double stream, double address, int index) {
   std::lock_guard<std::mutex> lock(mutex_);
-  spec_ = {true, size, stream, address};
+  if (index != 0 && (index != chainLen_ || index >= kAheadMax)) return false;
+  if (index == 0) chainHead_ = 0;
+  chain_[index] = {true, size, stream, address};
+  chainLen_ = index + 1;
   speculations_ += 1;
+  if (index > 0) aheadMade_ += 1;
+  return true;
 }
 
 }  // namespace gmlake

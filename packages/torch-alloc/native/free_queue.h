@@ -66,6 +66,8 @@ class FreeQueue {
   //   queued, no call into JS: a pair taken back leaves the engine and the queue as they were);
   //   the allocation is then queued for the engine to make, at that address, before anything
   //   after it (a negative size: never a size of 0, whose negative, -0, could not mark it).
+  //   Answers come in a chain (GMLAKE_AHEAD): each holds once the ones before it are taken
+  //   (the engine made them ahead), so allocations back to back take one each, in order.
   bool TakeAlloc(double size, double device, double stream, double* address);
   // An alloc with the cache on: the newest held block of this size and stream, or 0 (none);
   // *holding: blocks are held (then the engine serves from what it holds, kOpAllocCached).
@@ -85,8 +87,10 @@ class FreeQueue {
 
   // ---- whoever holds the isolate ----
   // The queued frees into the slots JS reads at its next call, and the counters into the
-  // header. `draining`: the JS thread's own hand-over while it waited (counted).
-  void HandOver(bool draining);
+  // header. `draining`: the JS thread's own hand-over while it waited (counted). The answers
+  // standing are dropped (the engine changes from here on), unless `extending` (kOpMakeAhead, or
+  // kOpFlush: a drain) and nothing but allocations that took them is handed over.
+  void HandOver(bool draining, bool extending = false);
   // Queued frees JS said failed (slots [1]): true once, the mark cleared.
   bool TakeFailedMark();
 
@@ -95,9 +99,12 @@ class FreeQueue {
   const std::atomic<uint32_t>& pending() const { return pending_; }
   // The allocations logged since the last time into *learn (swapped); *made, *taken the
   // answers worked out ahead and taken so far. True: frees are queued.
-  bool TakeLearned(std::vector<Req>* learn, double* made, double* taken);
-  // An answer worked out ahead: an alloc of (size, stream) lands at `address` now.
-  void Foresee(double size, double stream, double address);
+  // *aheadMade, *aheadTaken (when given): of them, the answers after a chain's first (GMLAKE_AHEAD).
+  bool TakeLearned(std::vector<Req>* learn, double* made, double* taken, double* aheadMade = nullptr, double* aheadTaken = nullptr);
+  // An answer worked out ahead: an alloc of (size, stream) lands at `address` now (`index` 0),
+  // or once the chain's `index` answers before it are taken (appended: false, nothing kept,
+  // where the chain is not that long any more).
+  bool Foresee(double size, double stream, double address, int index = 0);
 
  private:
   // A held block stays allocated in the engine's books; `live_` knows every block the engine
@@ -151,9 +158,16 @@ class FreeQueue {
   uint32_t takeGen_ = 0;      // bumped by each hand-over of takeable frees
   size_t sweepAt_ = 1 << 16;  // live_'s size at which entries of frees the engine took are dropped
   double takebacks_ = 0, takebackBytes_ = 0;
-  Spec spec_{false, 0, 0, 0};
+  // The answers standing, in the order callers take them: chain_[chainHead_ .. chainLen_);
+  // chainTaken_ of the queue's entries are allocations that took one since the last hand-over
+  // (an answer holds while nothing else is queued).
+  Spec chain_[kAheadMax] = {};
+  int chainLen_ = 0, chainHead_ = 0;
+  size_t chainTaken_ = 0;
   std::vector<Req> reqLog_;  // every alloc, in the order callers took the mutex, for the JS thread to learn from
+  bool freedSinceAlloc_ = true;  // a free came since the last alloc (the next is not Req::direct)
   double speculations_ = 0, specHits_ = 0;
+  double aheadMade_ = 0, aheadTaken_ = 0;  // of them, the answers after a chain's first
   double specMiss_[3] = {0, 0, 0};  // allocations that took none: none standing, another request, frees behind it
   // The queue's length for the JS thread's spin loop, on a line of its own.
   alignas(64) std::atomic<uint32_t> pending_{0};

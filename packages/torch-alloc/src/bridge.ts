@@ -25,6 +25,7 @@ import {
   OP_FLUSH,
   OP_BENCH_PAIRS,
   OP_PEEK,
+  OP_MAKE_AHEAD,
   OP_SET_CAPACITY,
   OP_SET_MEMORY_FRACTION,
   OP_POOL_BEGIN,
@@ -116,11 +117,30 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
    * negative size is an allocation a caller already took (GMLAKE_SPECULATE: the address the
    * JS thread peeked for it, with nothing in between), which the engine now makes.
    */
+  /**
+   * The answers worked out ahead that the native side stands by (free_queue.h's chain): the
+   * first from OP_PEEK, each next from OP_MAKE_AHEAD, which first makes those before it
+   * (LiveAllocator.allocAhead). `chainLen` of them; each answer holds for the state in which
+   * the ones before it are made and nothing else happened. The native side drops them at
+   * every hand-over but that of OP_MAKE_AHEAD or OP_FLUSH of nothing but taken answers; so does
+   * this side (endChain), undoing those made ahead and not taken, at the first free it is
+   * handed and before any other call.
+   */
+  let chainLen = 0;
+  /** The last answer, not made yet: OP_MAKE_AHEAD makes it, unless a caller took it first. */
+  let chainHead: { size: number; stream: number; addr: number } | null = null;
+  const endChain = (): void => {
+    chainLen = 0;
+    chainHead = null;
+    live.undoAhead();
+  };
   const takeFrees = (q: Float64Array): void => {
     const n = q[QUEUE_FREES]!;
     q[QUEUE_FREES] = 0;
     for (let i = 0, at = FREE_QUEUE_HEADER; i < n; i++, at += 3) {
       if (q[at + 1]! < 0) {
+        if (live.takeAhead(q[at]!)) continue; // made ahead already, at this address: the caller's now
+        if (chainHead !== null && chainHead.addr === q[at]!) chainHead = null; // the last answer, taken: made now
         const got = live.alloc(-q[at + 1]!, q[at + 2]!);
         if (got !== q[at]!) {
           // A tensor already uses q[at]: going on could hand its memory out twice.
@@ -129,6 +149,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
         }
         continue;
       }
+      if (chainLen !== 0) endChain(); // a free: the answers still standing assumed none
       try {
         live.free(q[at]!);
       } catch (e) {
@@ -160,6 +181,8 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
     },
     call(op, a, b, c) {
       if (queue !== null && queue[QUEUE_FREES] !== 0) takeFrees(queue);
+      // a drain or a full queue's flush changes nothing but what it was handed (a free in it ended the chain)
+      if (chainLen !== 0 && op !== OP_MAKE_AHEAD && op !== OP_FLUSH) endChain();
       try {
         switch (op) {
           case OP_ALLOC:
@@ -168,8 +191,34 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
             if (op === OP_ALLOC) return live.alloc(a, c);
             return live.allocCached(a, c) ?? STATUS_NOT_CACHED;
           }
-          case OP_PEEK:
-            return b === device ? (live.peek(a, c) ?? STATUS_NOT_CACHED) : STATUS_NOT_CACHED;
+          case OP_PEEK: {
+            const at = b === device ? live.peek(a, c) : null;
+            if (at === null) return STATUS_NOT_CACHED;
+            // recording, none is made ahead (an undone allocation would stay in the history)
+            if (!live.recording) {
+              chainHead = { size: a, stream: c, addr: at };
+              chainLen = 1;
+            }
+            return at;
+          }
+          case OP_MAKE_AHEAD: {
+            // (size, device, stream) of the next allocation foreseen: the answer before it made
+            // (unless a caller took it), then where this one lands
+            if (chainLen === 0 || b !== device) return STATUS_NOT_CACHED;
+            const h = chainHead;
+            if (h !== null) {
+              chainHead = null;
+              if (!live.allocAhead(h.size, h.stream, h.addr)) {
+                endChain();
+                return STATUS_NOT_CACHED;
+              }
+            }
+            const at = live.peek(a, c);
+            if (at === null) return STATUS_NOT_CACHED;
+            chainHead = { size: a, stream: c, addr: at };
+            chainLen++;
+            return at;
+          }
           case OP_FREE:
           case OP_FREE_IN_POOL_WINDOW:
             live.free(a);
@@ -232,6 +281,7 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
         return freeErrors.splice(0).join("\n");
       }
       if (queue !== null && queue[QUEUE_FREES] !== 0) takeFrees(queue);
+      if (chainLen !== 0) endChain();
       try {
         switch (op) {
           case TEXT_STATS:

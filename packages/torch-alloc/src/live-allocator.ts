@@ -258,6 +258,79 @@ export class LiveAllocator {
     return b.addr;
   }
 
+  /**
+   * Allocations made ahead (GMLAKE_SPECULATE's answers after the first, native/free_queue.h):
+   * the JS thread makes a foreseen allocation before it is asked for, so that it can say where
+   * the one after it lands; a caller then takes it (takeAhead) or it is undone (undoAhead).
+   * Each keeps what the books said before it, for the undo.
+   */
+  private readonly ahead: { addr: number; peaks: readonly number[] }[] = [];
+  private readonly aheadCounts = { made: 0, undone: 0 };
+
+  /**
+   * Made ahead: alloc(size, stream) now, as a caller's would be made, where the policy said it
+   * lands (peekCached said `expect`); false, with nothing changed, when it would not land there.
+   */
+  allocAhead(size: number, stream: number, expect: number): boolean {
+    if (this.recording) throw new Error("allocAhead needs record off: an undone allocation would stay in the history");
+    if (this.closed || this.pools.capturing > 0) return false;
+    const st = this.allocator.stats;
+    const peaks = [st.peakAllocatedBytes, st.peakActiveBytes, st.peakRequestedBytes, this.counts.allocs, this.peakSinceMark, this.largestSinceMark];
+    const reserved = st.peakReservedBytes;
+    const b = this.allocator.tryMalloc(size, stream);
+    if (b === null) return false;
+    if (b.addr !== expect || st.peakReservedBytes !== reserved) {
+      // the peek was wrong: undone at once (the caller that takes its answer finds the engine disagrees)
+      this.allocator.free(b);
+      [st.peakAllocatedBytes, st.peakActiveBytes, st.peakRequestedBytes] = peaks as [number, number, number];
+      return false;
+    }
+    this.counts.allocs++;
+    this.live.set(b.addr, b);
+    const allocated = st.allocatedBytes;
+    if (allocated > this.peakSinceMark) this.peakSinceMark = allocated;
+    if (size > this.largestSinceMark) this.largestSinceMark = size;
+    this.ahead.push({ addr: b.addr, peaks });
+    this.aheadCounts.made++;
+    return true;
+  }
+
+  /** Allocations made ahead and not yet taken. */
+  get madeAhead(): number {
+    return this.ahead.length;
+  }
+
+  /** A caller took the oldest allocation made ahead: true when it is at `address` (it is the caller's now). */
+  takeAhead(address: number): boolean {
+    if (this.ahead.length === 0 || this.ahead[0]!.addr !== address) return false;
+    this.ahead.shift();
+    return true;
+  }
+
+  /**
+   * Every allocation made ahead and not taken, freed newest first, and the books as they were
+   * before the first of them: the policy's state is then as if none had been made (checked over
+   * real traces: test/ahead.test.ts).
+   */
+  undoAhead(): void {
+    const a = this.ahead;
+    if (a.length === 0) return;
+    for (let i = a.length - 1; i >= 0; i--) {
+      const b = this.live.take(a[i]!.addr)!;
+      this.allocator.free(b);
+    }
+    const p = a[0]!.peaks;
+    const st = this.allocator.stats;
+    st.peakAllocatedBytes = p[0]!;
+    st.peakActiveBytes = p[1]!;
+    st.peakRequestedBytes = p[2]!;
+    this.counts.allocs = p[3]!;
+    this.peakSinceMark = p[4]!;
+    this.largestSinceMark = p[5]!;
+    this.aheadCounts.undone += a.length;
+    a.length = 0;
+  }
+
   private mark(): void {
     this.peakSinceMark = this.allocator.stats.allocatedBytes;
     this.largestSinceMark = 0;
@@ -435,6 +508,9 @@ export class LiveAllocator {
         other: this.nativeCounts?.[QUEUE_SPEC_MISS_OTHER] ?? 0,
         behind: this.nativeCounts?.[QUEUE_SPEC_MISS_BEHIND] ?? 0,
       },
+      // GMLAKE_AHEAD: allocations the engine made ahead so that the answer after them could be worked out, and those undone (not taken)
+      num_made_ahead: this.aheadCounts.made,
+      num_undone_ahead: this.aheadCounts.undone,
       // how many allocations the foresight looks back on (GMLAKE_SPECULATE; 0: off)
       speculate: this.nativeCounts?.[QUEUE_SPEC_CONTEXT] ?? 0,
       // GMLAKE_TAKEBACK: allocations that took a queued free back, alloc+free pairs of equal size the engine never saw (calls leaves them out)

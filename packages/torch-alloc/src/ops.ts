@@ -36,6 +36,12 @@ export const OP_POOL_CHECKPOINT = 18;
 export const OP_POOL_DROP_CHECKPOINT = 19;
 /** (address, size, stream): OP_FREE while a pool window is open; queued alike, never taken back (GMLAKE_TAKEBACK). */
 export const OP_FREE_IN_POOL_WINDOW = 20;
+/**
+ * (size, device, stream) of the allocation foreseen after the answers worked out so far: the
+ * last of them made ahead (unless a caller took it), then where this one would land, or
+ * STATUS_NOT_CACHED (the JS thread's own call, native/embedding.cc Speculate).
+ */
+export const OP_MAKE_AHEAD = 21;
 export const STATUS_OOM = -1;
 export const STATUS_ERROR = -2;
 /** OP_ALLOC_CACHED: the policy cannot serve it without growing; the front cache gives its blocks back and asks OP_ALLOC. */

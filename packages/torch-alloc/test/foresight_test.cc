@@ -7,6 +7,7 @@
 // 3. size and stream both make the context
 // 4. a collision in the direct-mapped table (two contexts, one slot): the later overwrites,
 //    and the earlier is then a miss, never the other's answer
+// 1b. the allocations after the next, as if the foreseen ones had come (GMLAKE_AHEAD)
 // 5. the peek throttle: 1 chance in 16 while few answers were taken, every chance otherwise
 #include <cstdio>
 #include <string>
@@ -52,6 +53,25 @@ void RepeatingPattern() {
   }
   Check(right == 3 * static_cast<int>(cycle.size()),
         "a 5-allocation cycle is foreseen at every step once learned (" + std::to_string(right) + "/15)");
+  // GMLAKE_AHEAD: the next ones as if the foreseen had come, as far as the chain goes
+  Req chain[3] = {cycle[0], cycle[1], cycle[2]};
+  Req got{-1, -1};
+  Check(f.ForeseeAfter(chain, 1, &got) && Same(got, cycle[1]) && f.ForeseeAfter(chain, 3, &got) && Same(got, cycle[3]),
+        "after the foreseen 1 and 3 of the cycle: its 2nd and its 4th");
+  Check(f.ForeseeAfter(nullptr, 0, &got) && Same(got, cycle[0]), "after none: what Foresee says");
+  // whether a free came in between is part of the context: bursts of 2 of one size, then frees
+  Foresight b;
+  b.Configure(2);
+  Req a{512, 0, false}, a2{512, 0, true}, c{4096, 0, false};
+  for (int rep = 0; rep < 3; rep++) {
+    b.Learn(a);
+    b.Learn(a2);
+    b.Learn(c);
+  }
+  Req after[1] = {a};
+  Check(b.ForeseeAfter(after, 1, &got) && Same(got, a2) && got.direct, "after a burst's first, its second, right after it");
+  Req after2[2] = {a, a2};
+  Check(b.ForeseeAfter(after2, 2, &got) && Same(got, c) && !got.direct, "after the second (same size, no free between): the next after a free");
   Foresight unconfigured;
   unconfigured.Learn(R(512));
   unconfigured.Learn(R(4096));

@@ -13,6 +13,9 @@
 //    free taken back leaves the engine's allocation queued
 // 4b. the allocations that took no answer, counted by why: none standing, one for another
 //    request, frees queued after it; none counted with the foresight off
+// 4c. a chain of answers (GMLAKE_AHEAD): taken in order, back to back; kept through kOpMakeAhead's
+//    hand-over of nothing but takes, dropped by a free and by any other hand-over; the log says
+//    which allocations came right after another
 // 5. only the last kTakeBackScan takeable frees are looked at; close stops the take-back
 // 6. the entries of frees the engine took are swept once there are many; the take-back goes on
 #include <cstdio>
@@ -201,6 +204,43 @@ void MissReasons() {
   Check(off.Slot(kQueueSpecMissNone) == 0, "the foresight off: no miss counted");
 }
 
+void Chain() {
+  Queue t(false, 6);
+  t.q.Foresee(MiB, 0, 0x1000);
+  Check(t.q.Foresee(2 * MiB, 0, 0x9000, 1) && !t.q.Foresee(MiB, 0, 0x5000, 3), "answers appended in order only (the 2nd after the 1st, never a gap)");
+  Check(t.Alloc(2 * MiB) == 0, "the 2nd holds only once the 1st is taken");
+  Check(t.Alloc(MiB) == 0x1000 && t.Alloc(2 * MiB) == 0x9000, "allocations back to back take one answer each, in order");
+  Check(t.Alloc(MiB) == 0 && t.Slot(kQueueSpecMissNone) == 1, "then none stands");
+  t.q.Foresee(MiB, 0, 0x1000);
+  t.q.Foresee(2 * MiB, 0, 0x9000, 1);
+  Check(t.Alloc(MiB) == 0x1000, "a new chain");
+  t.q.HandOver(false, true);  // kOpMakeAhead's own: nothing but the take handed over
+  Check(t.q.slots()[kQueueFrees] == 1 && t.q.slots()[kFreeQueueHeader + 1] == -MiB, "the take handed to the engine");
+  t.q.slots()[kQueueFrees] = 0;
+  Check(t.q.Foresee(4 * MiB, 0, 0xa000, 2), "the chain stands through kOpMakeAhead's hand-over, and grows");
+  Check(t.Alloc(2 * MiB) == 0x9000, "its next answer is still taken");
+  t.q.Free(0x1000, MiB, 0, false);
+  Check(t.Alloc(4 * MiB) == 0 && t.Slot(kQueueSpecMissBehind) == 1, "a free queued after it: behind");
+  Check(t.Alloc(4 * MiB) == 0 && t.Slot(kQueueSpecMissNone) == 2, "a hand-over with a free in it drops the chain");
+  t.q.Foresee(MiB, 0, 0x1000);
+  t.q.Foresee(2 * MiB, 0, 0x9000, 1);
+  t.q.HandOver(false, false);  // any other call
+  Check(t.Alloc(MiB) == 0 && !t.q.Foresee(4 * MiB, 0, 0xa000, 2), "any other call's hand-over drops it too");
+  t.q.Foresee(MiB, 0, 0x1000);
+  t.q.Free(0x2000, MiB, 0, false);
+  t.q.HandOver(false, true);
+  Check(!t.q.Foresee(2 * MiB, 0, 0x9000, 1), "kOpMakeAhead's hand-over of a free drops it");
+  std::vector<Req> learned;
+  double made = 0, taken = 0;
+  t.Alloc(MiB);
+  t.Alloc(MiB);
+  t.q.Free(0x3000, MiB, 0, false);
+  t.Alloc(MiB);
+  t.q.TakeLearned(&learned, &made, &taken);
+  size_t n = learned.size();
+  Check(n >= 3 && learned[n - 2].direct && !learned[n - 1].direct, "an allocation right after another is logged direct, one after a free not");
+}
+
 void ScanAndClose() {
   Queue t;
   for (int i = 0; i < 40; i++) t.Engine(0x100000 + i * 0x1000, 512 * (i + 1));
@@ -242,6 +282,7 @@ int main() {
   EngineDecides();
   WithForesight();
   MissReasons();
+  Chain();
   ScanAndClose();
   Sweep();
   if (g_failed == 0) std::printf("free_queue_test: all checks passed\n");

@@ -66,6 +66,9 @@ crash is then a failed case, not a lost run):
                                the allocations made)
   takeback-env, takeback-front-cache, takeback-record
                                GMLAKE_TAKEBACK refused at start with the reason
+  stress:vms-ahead:thread, stress:caching-ahead:thread
+                               allocations in bursts of 4 (1 and 2 threads): answers made ahead
+                               (GMLAKE_AHEAD) taken, the rest undone, every block checked
   stress:vms-speculate:thread  the stress with GMLAKE_SPECULATE=6 and sizes that repeat in order:
                                allocations take answers worked out ahead, every block checked
                                (every stress checks stats()'s speculate: 6 with one JS thread
@@ -262,10 +265,12 @@ def stress(policy, threading_design, **kw):
     return f"the library said on stderr ({len(lines)} lines): {lines[0]}" if lines else None
 
 
-def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None, front_cache_entries=0, sizes="random", capacity_bytes=None):
+def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None, front_cache_entries=0, sizes="random", capacity_bytes=None, bursts=False):
     """capacity_bytes: a device so small that allocations run out of memory; the thread that
     got one frees a block of its own and goes on (the allocator must serve again), and the
-    case fails unless out-of-memory happened and was followed by served allocations."""
+    case fails unless out-of-memory happened and was followed by served allocations.
+    bursts: 4 allocations back to back, then 4 frees, as a compiled step makes them (GMLAKE_AHEAD's
+    answers made ahead); the case fails unless some were made ahead and taken."""
     before = signal_handlers()
     t0 = time.perf_counter()
     native = gmlake_torch.start(policy, driver="host", threading=threading_design, check_invariants=512,
@@ -289,9 +294,9 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
         local = {"allocs": 0, "frees": 0, "record_streams": 0, "recorded_frees": 0, "empty_caches": 0, "bytes_checked": 0, "ooms": 0, "served_after_oom": 0}
         after_oom = False
         try:
-            for _ in range(ops_per_thread):
+            for op in range(ops_per_thread):
                 served = False
-                if rng.random() < 0.52 or not mine:
+                if (((op >> 2) & 1) == 0 if bursts else rng.random() < 0.52) or not mine:
                     size = random_size(rng, sizes, local["allocs"])
                     st, addr = native.try_alloc(size, stream)
                     if st == -1 and capacity_bytes is not None:
@@ -405,6 +410,12 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
         return f"{stats['num_speculation_hits']} answers taken, {misses} misses ({stats['num_speculation_misses']}), {takebacks} taken back for {counts['allocs']} allocs"
     if not expect and misses != 0:
         return f"{misses} misses counted with speculation off"
+    # GMLAKE_AHEAD: allocations made ahead are taken or undone, never more undone than made
+    made, undone = stats["num_made_ahead"], stats["num_undone_ahead"]
+    if not 0 <= undone <= made or (not expect and made != 0):
+        return f"{made} made ahead, {undone} undone (speculate {expect})"
+    if bursts and expect and (made == 0 or undone == made):
+        return f"in bursts: {made} made ahead, {undone} of them undone (none taken)"
     if not drains and stats["num_free_drains"] != 0:
         return f"{stats['num_free_drains']} drains with {threading_design} and GMLAKE_DRAIN_US={os.environ.get('GMLAKE_DRAIN_US')}"
     if stats["live_blocks"] != 0 or stats["allocated_bytes.all.current"] != 0:
@@ -422,7 +433,7 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
                       **counts, "front_cache_hits": hits, "ops_per_s": round(ops / wall), "peak_reserved": stats["reserved_bytes.all.peak"],
                       "syncs": stats["num_sync_all_streams"], "deferred_frees": stats["num_deferred_frees"],
                       "cross_stream_reuses": stats["num_cross_stream_reuses"], "drained_frees": stats["num_drained_frees"],
-                      "speculation_hits": stats["num_speculation_hits"], **({"takebacks": takebacks} if takeback else {})}))
+                      "speculation_hits": stats["num_speculation_hits"], "made_ahead": made, "undone_ahead": undone, **({"takebacks": takebacks} if takeback else {})}))
     return None
 
 
@@ -1795,6 +1806,9 @@ for _t in ("locker", "thread"):
 CASES["stress:vms-no-drain:thread"] = lambda: stress("vms", "thread")
 # GMLAKE_SPECULATE=6: allocations that take the answer the JS thread worked out ahead, every block still checked
 CASES["stress:vms-speculate:thread"] = lambda: stress("vms", "thread", sizes="layers")
+# GMLAKE_AHEAD (4, the default): allocations in bursts take answers worked out after the ones made ahead
+CASES["stress:vms-ahead:thread"] = lambda: stress("vms", "thread", sizes="layers", bursts=True, threads=1)
+CASES["stress:caching-ahead:thread"] = lambda: stress("caching", "thread", sizes="layers", bursts=True, threads=2)
 # GMLAKE_TAKEBACK=1: a training step's sizes, so that allocations find queued frees of their size and stream
 for _t in ("locker", "thread"):
     CASES[f"stress:vms-takeback:{_t}"] = (lambda t: (lambda: stress("vms", t, sizes="step")))(_t)
