@@ -24,9 +24,11 @@ constexpr int kSpecMaxContext = 8;
 // alloc+free fell to or below PyTorch expandable_segments' own on lora, fsdp and gpt2_ft).
 constexpr int kSpecDefault = 6;
 // Answers worked out ahead at once (GMLAKE_AHEAD): each after the ones before it are made, so
-// that a burst of allocations (a compiled step's) finds one standing for each, not only the first.
+// that a burst of allocations finds one standing for each, not only the first. Default 1 (one at
+// a time): on the compiled GPT-2 (H100, docs/notebook/2026-12-07-answers-in-chains.md) 4 took the
+// share answered ahead only from 68% to 70-76% and no step time was gained.
 constexpr int kAheadMax = 8;
-constexpr int kAheadDefault = 4;
+constexpr int kAheadDefault = 1;
 
 // Which allocation followed the last k ones (k = K .. 1), in a direct-mapped table (a
 // collision only makes a wrong guess, which the caller's exact match turns into a miss),
