@@ -1417,6 +1417,10 @@ class AlternateSteps(unittest.TestCase):
         missed = lambda rnd, m: dict(run(rnd, 30, 100), engine=dict(run(rnd, 30, 100)["engine"], num_speculation_misses=m))
         rows = alternate_steps.summarize([missed(1, {"none": 40, "other": 20, "behind": 10}), missed(2, {"none": 20, "other": 0, "behind": 10})], 2)
         self.assertEqual(rows[0]["missed"], {"none": 0.3, "other": 0.1, "behind": 0.1})
+        split = alternate_steps.summarize([missed(1, {"none": 40, "other": 20, "behind": 10, "none_after_free": 30}),
+                                           missed(2, {"none": 20, "other": 0, "behind": 10, "none_after_free": 0})], 2)
+        self.assertAlmostEqual(split[0]["missed"]["none_after_free"], 0.15)
+        self.assertIn("30.0% / 10.0% / 10.0% (none after a free 15.0%) |", alternate_steps.markdown({"settings": {"pairs": 6, "warmup": 2}, "runs": [], "summary": split}))
         self.assertNotIn("made_ahead", rows[0])  # runs from before GMLAKE_AHEAD
         ahead = lambda rnd, m, u: dict(run(rnd, 30, 100), engine=dict(run(rnd, 30, 100)["engine"], num_made_ahead=m, num_undone_ahead=u))
         made = alternate_steps.summarize([ahead(1, 60, 6), ahead(2, 40, 4)], 2)

@@ -65,8 +65,9 @@ enum GmlakeQueueSlot {
   kQueueSpecMissNone = 13,     // none standing: not worked out since the engine last changed (the JS thread busy), or nothing foreseen
   kQueueSpecMissOther = 14,    // one for another size or stream
   kQueueSpecMissBehind = 15,   // one for this request, but frees were queued after it was worked out
+  kQueueSpecMissNoneAfterFree = 16,  // of kQueueSpecMissNone: a free came since the allocation before it (not a burst's)
 };
-constexpr int kFreeQueueHeader = 16;
+constexpr int kFreeQueueHeader = 17;
 constexpr int kFreeQueueLength = kFreeQueueHeader + 3 * (kFreeQueueSlots + kFrontCacheMaxEntries);
 
 // Statuses below 0 returned by the operations.

@@ -111,8 +111,9 @@ bool FreeQueue::TakeAlloc(double size, double device, double stream, double* add
   if (specContext_.load(std::memory_order_relaxed) != 0) {
     if (reqLog_.size() >= 4096) reqLog_.clear();  // the JS thread slept through them: start learning again
     reqLog_.push_back({size, stream, !freedSinceAlloc_});  // a pair taken back too: the foresight learns the real sequence
-    freedSinceAlloc_ = false;
   }
+  const bool afterFree = freedSinceAlloc_;
+  freedSinceAlloc_ = false;
   if (takeBack_.load(std::memory_order_relaxed)) {
     double taken = TakeBackLocked(size, device, stream);
     if (taken != 0) {
@@ -123,6 +124,7 @@ bool FreeQueue::TakeAlloc(double size, double device, double stream, double* add
   if (specContext_.load(std::memory_order_relaxed) == 0) return false;
   if (chainHead_ >= chainLen_) {
     specMiss_[0] += 1;
+    if (afterFree) specMissNoneAfterFree_ += 1;
     return false;
   }
   const Spec& s = chain_[chainHead_];
@@ -293,6 +295,7 @@ void FreeQueue::HandOver(bool draining, bool extending) {
   slots_[kQueueSpecMissNone] = specMiss_[0];
   slots_[kQueueSpecMissOther] = specMiss_[1];
   slots_[kQueueSpecMissBehind] = specMiss_[2];
+  slots_[kQueueSpecMissNoneAfterFree] = specMissNoneAfterFree_;
   if (n == 0) return;
   std::memcpy(slots_ + kFreeQueueHeader, queue_.data(), take * sizeof(double));
   slots_[kQueueFrees] = static_cast<double>(take / 3);

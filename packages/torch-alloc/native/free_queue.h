@@ -169,6 +169,7 @@ class FreeQueue {
   double speculations_ = 0, specHits_ = 0;
   double aheadMade_ = 0, aheadTaken_ = 0;  // of them, the answers after a chain's first
   double specMiss_[3] = {0, 0, 0};  // allocations that took none: none standing, another request, frees behind it
+  double specMissNoneAfterFree_ = 0;  // of none standing: a free came since the allocation before
   // The queue's length for the JS thread's spin loop, on a line of its own.
   alignas(64) std::atomic<uint32_t> pending_{0};
   // Set at start, read by every call without the mutex.

@@ -35,6 +35,7 @@ import {
   QUEUE_SPEC_CONTEXT,
   QUEUE_SPEC_HITS,
   QUEUE_SPEC_MISS_BEHIND,
+  QUEUE_SPEC_MISS_NONE_AFTER_FREE,
   QUEUE_SPEC_MISS_NONE,
   QUEUE_SPEC_MISS_OTHER,
   QUEUE_SPECULATIONS,
@@ -507,6 +508,8 @@ export class LiveAllocator {
         none: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE] ?? 0,
         other: this.nativeCounts?.[QUEUE_SPEC_MISS_OTHER] ?? 0,
         behind: this.nativeCounts?.[QUEUE_SPEC_MISS_BEHIND] ?? 0,
+        // of none: a free came since the allocation before (not back to back: GMLAKE_AHEAD's chains cannot cover them)
+        none_after_free: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_AFTER_FREE] ?? 0,
       },
       // GMLAKE_AHEAD: allocations the engine made ahead so that the answer after them could be worked out, and those undone (not taken)
       num_made_ahead: this.aheadCounts.made,

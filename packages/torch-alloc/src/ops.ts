@@ -65,7 +65,7 @@ export const FRONT_CACHE_MAX_ENTRIES = 256;
  * The free queue's header, its slots QUEUE_* below. An entry with a negative size is an
  * allocation a caller took from a foreseen answer: the engine makes it, at that address.
  */
-export const FREE_QUEUE_HEADER = 16;
+export const FREE_QUEUE_HEADER = 17;
 /** The header's slots by name (contract.h GmlakeQueueSlot). */
 export const QUEUE_FREES = 0;
 export const QUEUE_FREE_ERRORS = 1;
@@ -88,5 +88,7 @@ export const QUEUE_SPEC_MISS_NONE = 13;
 export const QUEUE_SPEC_MISS_OTHER = 14;
 /** one for this request with frees queued after it was worked out. */
 export const QUEUE_SPEC_MISS_BEHIND = 15;
+/** Of QUEUE_SPEC_MISS_NONE: those with a free since the allocation before them (not back to back, so no chain covers them). */
+export const QUEUE_SPEC_MISS_NONE_AFTER_FREE = 16;
 /** The free queue's Float64Array: the header, then (address, size, stream) for the queue and a whole front cache given back. */
 export const FREE_QUEUE_LENGTH = FREE_QUEUE_HEADER + 3 * (FREE_QUEUE_SLOTS + FRONT_CACHE_MAX_ENTRIES);

@@ -196,9 +196,14 @@ void MissReasons() {
   t.q.Free(0x1000, MiB, 0, false);
   Check(t.Alloc(2 * MiB) == 0, "a free queued after the answer: it may land elsewhere now");
   Check(misses() == std::vector<double>{1, 2, 1}, "the misses by why: none standing 1, another request 2, frees behind 1");
+  Check(t.Slot(kQueueSpecMissNoneAfterFree) == 1, "the first, with no allocation before it, counts as after a free");
   t.q.Foresee(2 * MiB, 0, 0x8000);  // worked out again after the hand-over (Slot hands the queue over)
   Check(t.Alloc(2 * MiB) == 0x8000 && misses() == std::vector<double>{1, 2, 1}, "a hit counts no miss");
   Check(t.Alloc(2 * MiB) == 0 && misses()[0] == 2, "an answer is taken once: the next finds none standing");
+  Check(t.Slot(kQueueSpecMissNoneAfterFree) == 1, "right after the allocation before it: not after a free");
+  t.q.Free(0x8000, 2 * MiB, 0, false);
+  t.HandOver();
+  Check(t.Alloc(2 * MiB) == 0 && t.Slot(kQueueSpecMissNoneAfterFree) == 2, "after a free: counted so");
   Queue off(false, 0);
   off.Alloc(MiB);
   Check(off.Slot(kQueueSpecMissNone) == 0, "the foresight off: no miss counted");

@@ -406,7 +406,10 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
     if not expect and stats["num_speculations"] != 0:
         return f"{stats['num_speculations']} answers worked out with speculation off"
     # every allocation that reached the library took an answer, was taken back, or missed for one reason
-    misses = sum(stats["num_speculation_misses"].values())
+    m = stats["num_speculation_misses"]
+    misses = m["none"] + m["other"] + m["behind"]  # none_after_free is a part of none
+    if not 0 <= m["none_after_free"] <= m["none"]:
+        return f"misses {m}: more of none after a free than none"
     if expect and capacity_bytes is None and stats["num_speculation_hits"] + misses + takebacks != counts["allocs"]:
         return f"{stats['num_speculation_hits']} answers taken, {misses} misses ({stats['num_speculation_misses']}), {takebacks} taken back for {counts['allocs']} allocs"
     if not expect and misses != 0:
