@@ -42,7 +42,7 @@ void Foresight::Learn(const Req& r) {
   hist_[histLen_++] = r;
 }
 
-bool Foresight::Foresee(Req* out) const { return ForeseeAfter(nullptr, 0, out); }
+bool Foresight::Foresee(Req* out) const { return Lookup(hist_, histLen_, out); }
 
 bool Foresight::ForeseeAfter(const Req* extra, int n, Req* out) const {
   // the last context_ of the history followed by `extra`
@@ -50,8 +50,11 @@ bool Foresight::ForeseeAfter(const Req* extra, int n, Req* out) const {
   int len = 0;
   for (int i = 0; i < histLen_; i++) h[len++] = hist_[i];
   for (int i = 0; i < n && i < kAheadMax; i++) h[len++] = extra[i];
-  const Req* hist = h + (len > context_ ? len - context_ : 0);
   int hl = len > context_ ? context_ : len;
+  return Lookup(h + (len - hl), hl, out);
+}
+
+bool Foresight::Lookup(const Req* hist, int hl, Req* out) const {
   for (int k = hl; k >= 1; k--) {
     uint64_t t = ContextTag(hist, hl, k);
     const Slot& sl = table_[t & (kSlots - 1)];

@@ -51,6 +51,8 @@ class Foresight {
   static uint64_t ContextTag(const Req* hist, int len, int k);
 
  private:
+  // What followed the longest context of the last `hl` of `hist` seen before.
+  bool Lookup(const Req* hist, int hl, Req* out) const;
   struct Slot {
     uint64_t tag;  // 0: empty
     Req next;

@@ -323,7 +323,7 @@ bool FreeQueue::Foresee(double size, double stream, double address, int index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (index != 0 && (index != chainLen_ || index >= kAheadMax)) return false;
   if (index == 0) chainHead_ = 0;
-  chain_[index] = {true, size, stream, address};
+  chain_[index] = {size, stream, address};
   chainLen_ = index + 1;
   speculations_ += 1;
   if (index > 0) aheadMade_ += 1;

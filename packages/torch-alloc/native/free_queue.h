@@ -131,7 +131,6 @@ class FreeQueue {
   // How many of the newest takeable frees an alloc looks at: a short scan under the mutex.
   static constexpr size_t kTakeBackScan = 32;
   struct Spec {
-    bool valid;
     double size, stream, addr;
   };
   static uint64_t Key(double address) { return static_cast<uint64_t>(address); }

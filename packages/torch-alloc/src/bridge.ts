@@ -113,11 +113,6 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
   let queue: Float64Array | null = null;
   const freeErrors: string[] = [];
   /**
-   * The frees the native side queued, in their order, before anything else; an entry with a
-   * negative size is an allocation a caller already took (GMLAKE_SPECULATE: the address the
-   * JS thread peeked for it, with nothing in between), which the engine now makes.
-   */
-  /**
    * The answers worked out ahead that the native side stands by (free_queue.h's chain): the
    * first from OP_PEEK, each next from OP_MAKE_AHEAD, which first makes those before it
    * (LiveAllocator.allocAhead). `chainLen` of them; each answer holds for the state in which
@@ -134,6 +129,12 @@ export async function createBridge(config: BridgeConfig): Promise<Bridge> {
     chainHead = null;
     live.undoAhead();
   };
+  /**
+   * The frees the native side queued, in their order, before anything else; an entry with a
+   * negative size is an allocation a caller already took (GMLAKE_SPECULATE: the address the
+   * JS thread peeked for it, with nothing in between), which the engine now makes
+   * (or made ahead already).
+   */
   const takeFrees = (q: Float64Array): void => {
     const n = q[QUEUE_FREES]!;
     q[QUEUE_FREES] = 0;

@@ -265,7 +265,7 @@ export class LiveAllocator {
    * the one after it lands; a caller then takes it (takeAhead) or it is undone (undoAhead).
    * Each keeps what the books said before it, for the undo.
    */
-  private readonly ahead: { addr: number; peaks: readonly number[] }[] = [];
+  private readonly ahead: { addr: number; books: readonly number[] }[] = [];
   private readonly aheadCounts = { made: 0, undone: 0 };
 
   /**
@@ -276,14 +276,15 @@ export class LiveAllocator {
     if (this.recording) throw new Error("allocAhead needs record off: an undone allocation would stay in the history");
     if (this.closed || this.pools.capturing > 0) return false;
     const st = this.allocator.stats;
-    const peaks = [st.peakAllocatedBytes, st.peakActiveBytes, st.peakRequestedBytes, this.counts.allocs, this.peakSinceMark, this.largestSinceMark];
+    // what an undo puts back: the peaks and counts an allocation raises (the rest its free lowers again)
+    const books = [st.peakAllocatedBytes, st.peakActiveBytes, st.peakRequestedBytes, this.counts.allocs, this.peakSinceMark, this.largestSinceMark];
     const reserved = st.peakReservedBytes;
     const b = this.allocator.tryMalloc(size, stream);
     if (b === null) return false;
     if (b.addr !== expect || st.peakReservedBytes !== reserved) {
       // the peek was wrong: undone at once (the caller that takes its answer finds the engine disagrees)
       this.allocator.free(b);
-      [st.peakAllocatedBytes, st.peakActiveBytes, st.peakRequestedBytes] = peaks as [number, number, number];
+      [st.peakAllocatedBytes, st.peakActiveBytes, st.peakRequestedBytes] = books as [number, number, number];
       return false;
     }
     this.counts.allocs++;
@@ -291,14 +292,9 @@ export class LiveAllocator {
     const allocated = st.allocatedBytes;
     if (allocated > this.peakSinceMark) this.peakSinceMark = allocated;
     if (size > this.largestSinceMark) this.largestSinceMark = size;
-    this.ahead.push({ addr: b.addr, peaks });
+    this.ahead.push({ addr: b.addr, books });
     this.aheadCounts.made++;
     return true;
-  }
-
-  /** Allocations made ahead and not yet taken. */
-  get madeAhead(): number {
-    return this.ahead.length;
   }
 
   /** A caller took the oldest allocation made ahead: true when it is at `address` (it is the caller's now). */
@@ -320,7 +316,7 @@ export class LiveAllocator {
       const b = this.live.take(a[i]!.addr)!;
       this.allocator.free(b);
     }
-    const p = a[0]!.peaks;
+    const p = a[0]!.books;
     const st = this.allocator.stats;
     st.peakAllocatedBytes = p[0]!;
     st.peakActiveBytes = p[1]!;
