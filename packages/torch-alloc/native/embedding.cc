@@ -7,7 +7,7 @@
 
 namespace gmlake {
 
-Embedding g_embedding;
+Embedding& g_embedding = *new Embedding;
 
 bool Embedding::Start(const std::string& boot, const std::string& config, int threading, std::string* err) {
   std::lock_guard<std::mutex> lock(startMutex_);

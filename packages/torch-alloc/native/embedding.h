@@ -85,7 +85,8 @@ class Embedding : private Handoff::Worker {
   std::vector<Req> learn_;  // the callers' allocations taken over from the queue's log
 };
 
-// The one embedding (never torn down while the process runs).
-extern Embedding g_embedding;
+// The one embedding, never torn down: the JS thread runs on through the process's exit, so
+// its members must outlive every static destructor (a global's did not: a crash at exit).
+extern Embedding& g_embedding;
 
 }  // namespace gmlake
