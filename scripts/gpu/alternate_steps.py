@@ -126,6 +126,8 @@ def summarize(runs, warmup):
                 row["missed"] = {k: sum(e["num_speculation_misses"].get(k, 0) for e in engines) / allocs for k in ("none", "other", "behind")}
                 if all("none_after_free" in e["num_speculation_misses"] for e in engines):  # of none: a free since the allocation before
                     row["missed"]["none_after_free"] = sum(e["num_speculation_misses"]["none_after_free"] for e in engines) / allocs
+            if all("drain_wait_us" in e for e in engines):  # how long frees waited for a drain at the end (GMLAKE_DRAIN_US=auto: as learned)
+                row["drain_wait_us"] = sorted({e["drain_wait_us"] for e in engines})
             if all("num_made_ahead" in e for e in engines):  # GMLAKE_AHEAD: made ahead for the answer after them, and of those undone
                 row["made_ahead"] = sum(e["num_made_ahead"] for e in engines) / allocs
                 row["undone_ahead"] = sum(e["num_undone_ahead"] for e in engines) / allocs
@@ -145,7 +147,8 @@ def markdown(doc):
               "the same alone. Difference: ours' step minus PyTorch's (95% t-interval), and over the prime step "
               "(a step with its per-shape work, as in a plain run). CPU: process CPU s per wall s in each side's steps. "
               "Ahead: ours' allocations that took an answer its JS thread had worked out before they came (made: those "
-              "it made ahead to work out the answer after them, undone: of those not taken); missed: "
+              "it made ahead to work out the answer after them, undone: of those not taken; drain: how long queued frees "
+              "waited for its drain at the end of each process); missed: "
               "those that found none standing / one for another request / frees queued after it (of none: those with a free since the allocation before).", "",
               "| workload | ours | against | processes, pairs | mean step s ours / PyTorch / prime | ratio (95% CI) | "
               "difference ms (95% CI), of prime | per process | CPU ours / PyTorch | ahead | missed |",
@@ -158,7 +161,8 @@ def markdown(doc):
                      f"{100 * r['diff_of_prime_step']:+.2f}% | {', '.join(f'{q:.4f}' for q in r['run_ratios'])} | "
                      + ("-" if cpu is None else f"{cpu['ours']:.2f} / {cpu['pytorch']:.2f}") + " | "
                      + (f"{100 * r['answered_ahead']:.1f}%" if "answered_ahead" in r else "-")
-                     + (f" (made {100 * r['made_ahead']:.1f}%, undone {100 * r['undone_ahead']:.1f}%)" if "made_ahead" in r else "") + " | "
+                     + (f" (made {100 * r['made_ahead']:.1f}%, undone {100 * r['undone_ahead']:.1f}%)" if "made_ahead" in r else "")
+                     + (f"; drain at {', '.join(f'{w:g}' for w in r['drain_wait_us'])} us" if "drain_wait_us" in r else "") + " | "
                      + (" / ".join(f"{100 * r['missed'][k]:.1f}%" for k in ("none", "other", "behind")) if "missed" in r else "-")
                      + (f" (none after a free {100 * r['missed']['none_after_free']:.1f}%)" if "none_after_free" in r.get("missed", {}) else "") + " |")
     failed = [r for r in doc["runs"] if not r.get("ok")]

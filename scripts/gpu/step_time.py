@@ -273,7 +273,7 @@ def parse_cpus(text):
 # What a run's record keeps of the engine's stats(): how its requests were answered (the
 # foresight's answers taken, the JS thread's drains; torch-alloc README "Threading").
 ENGINE_KEPT = ("calls", "threading", "speculate", "num_speculations", "num_speculation_hits", "num_speculation_misses", "num_made_ahead", "num_undone_ahead",
-               "num_free_drains")
+               "num_free_drains", "drain_wait_us")
 
 
 def one_run(py, workload, spec, steps, rnd, limit, pin=None, extra=()):

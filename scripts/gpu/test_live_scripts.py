@@ -1427,6 +1427,11 @@ class AlternateSteps(unittest.TestCase):
         self.assertAlmostEqual(made[0]["made_ahead"], 100 / 200)
         self.assertAlmostEqual(made[0]["undone_ahead"], 10 / 200)
         self.assertIn("(made 50.0%, undone 5.0%)", alternate_steps.markdown({"settings": {"pairs": 30, "warmup": 2}, "runs": [], "summary": made}))
+        waits = lambda rnd, w: dict(run(rnd, 30, 100), engine=dict(run(rnd, 30, 100)["engine"], drain_wait_us=w))
+        drained = alternate_steps.summarize([waits(1, 2), waits(2, 0.25), waits(3, 2)], 2)
+        self.assertEqual(drained[0]["drain_wait_us"], [0.25, 2])
+        self.assertIn("| 30.0%; drain at 0.25, 2 us |", alternate_steps.markdown({"settings": {"pairs": 6, "warmup": 2}, "runs": [], "summary": drained}))
+        self.assertNotIn("drain_wait_us", made[0])  # runs from before it was said
         self.assertIn("| 30.0% | 30.0% / 10.0% / 10.0% |", alternate_steps.markdown({"settings": {"pairs": 6, "warmup": 2}, "runs": [], "summary": rows}))
         # one process without the counts: no share over part of the processes
         rows = alternate_steps.summarize([run(1, 30, 100), alternating_run([0.2] * 6, [0.2] * 6, rnd=2)], 2)

@@ -224,20 +224,29 @@ double StatOf(const std::string& json, const char* key, size_t from = 0) {
   return at == std::string::npos ? 0 : std::strtod(json.c_str() + at + std::strlen(key) + 3, nullptr);
 }
 
-// Answers taken and missed so far, and made: {hits, none, other, behind, made}.
+// Answers taken and missed so far, and made, and how long frees wait for a drain now:
+// {hits, none, other, behind, made, drain_wait_us}.
 std::vector<double> AnswerCounts() {
   char* t = text(1 /* kTextStats */, "");
   std::string json = t ? t : "";
   std::free(t);
   size_t misses = json.find("\"num_speculation_misses\":");
-  if (misses == std::string::npos) return {0, 0, 0, 0, 0};
+  if (misses == std::string::npos) return {0, 0, 0, 0, 0, StatOf(json, "drain_wait_us")};
   return {StatOf(json, "num_speculation_hits"), StatOf(json, "none", misses), StatOf(json, "other", misses), StatOf(json, "behind", misses),
-          StatOf(json, "num_speculations")};
+          StatOf(json, "num_speculations"), StatOf(json, "drain_wait_us")};
+}
+
+// The caller's own work: a spin, as kernel launches are.
+void Spin(double us) {
+  for (auto s = std::chrono::steady_clock::now(); Us(s, std::chrono::steady_clock::now()) < us;) {
+  }
 }
 
 // burst: K allocations back to back, the K oldest of 2K freed, then `gapUs` of the caller's work;
 // counted after a tenth of `calls` (`fromStart`: from the first, to see how soon answers come back).
-std::string Bursts(int calls, int k, double gapUs, bool fromStart = false) {
+// `freeGapUs` >= 0: the work comes between the allocations and the frees instead, and the next
+// allocations `freeGapUs` after the frees (a temporary dropped, then the next op's output).
+std::string Bursts(int calls, int k, double gapUs, bool fromStart = false, double freeGapUs = -1) {
   MakeCurrent();
   std::vector<size_t> cycle(24);
   for (size_t i = 0; i < cycle.size(); ++i) cycle[i] = size_t(512) << ((i * 7) % 15);  // 512 B .. 8 MiB
@@ -260,12 +269,13 @@ std::string Bursts(int calls, int k, double gapUs, bool fromStart = false) {
       live.push_back({p, size});
     }
     auto t1 = std::chrono::steady_clock::now();
+    const bool freeLast = freeGapUs >= 0;
+    if (freeLast) Spin(gapUs);
     if (live.size() >= size_t(2 * k)) {
       for (int j = 0; j < k; ++j) freeFn(live[j].first, live[j].second, 0, nullptr);
       live.erase(live.begin(), live.begin() + k);
     }
-    for (auto s = std::chrono::steady_clock::now(); Us(s, std::chrono::steady_clock::now()) < gapUs;) {
-    }
+    Spin(freeLast ? freeGapUs : gapUs);
     if (i >= warm) {
       sum += Us(t0, t1);
       n += k;
@@ -273,11 +283,11 @@ std::string Bursts(int calls, int k, double gapUs, bool fromStart = false) {
   }
   for (auto& l : live) freeFn(l.first, l.second, 0, nullptr);
   std::vector<double> after = AnswerCounts();
-  char buf[320];
+  char buf[360];
   std::snprintf(buf, sizeof buf,
-                "{\"k\":%d,\"gap_us\":%.0f,\"alloc_us\":%.3f,\"answers_made\":%.3f,\"answered_ahead\":%.3f,\"missed\":{\"none\":%.3f,\"other\":%.3f,\"behind\":%.3f}}",
-                k, gapUs, sum / n, (after[4] - before[4]) / n, (after[0] - before[0]) / n, (after[1] - before[1]) / n, (after[2] - before[2]) / n,
-                (after[3] - before[3]) / n);
+                "{\"k\":%d,\"gap_us\":%.0f,\"free_gap_us\":%.1f,\"alloc_us\":%.3f,\"answers_made\":%.3f,\"answered_ahead\":%.3f,\"missed\":{\"none\":%.3f,\"other\":%.3f,\"behind\":%.3f},\"drain_wait_us\":%g}",
+                k, gapUs, freeGapUs, sum / n, (after[4] - before[4]) / n, (after[0] - before[0]) / n, (after[1] - before[1]) / n, (after[2] - before[2]) / n,
+                (after[3] - before[3]) / n, after[5]);
   return buf;
 }
 
@@ -414,6 +424,8 @@ int main(int argc, char** argv) {
   std::string burst;
   for (auto [k, gap] : {std::pair<int, double>{1, 5}, {4, 20}, {4, 5}, {4, 2}, {4, 0}})
     burst += (burst.empty() ? "" : ",") + Bursts(calls, k, gap);
+  // an allocation, 5 us of work, a free, and the next allocation F us after it
+  for (double f : {0.0, 0.5, 1.0, 2.0, 4.0}) burst += "," + Bursts(calls, 1, 5, false, f);
   RunThreads(1, [&](int id, std::vector<double>* v) { PairThread(id, calls / 10 + 1, v); });  // warm-up
   Summary a1 = RunThreads(1, [&](int id, std::vector<double>* v) { PairThread(id, calls, v); });
   Summary an = RunThreads(threads, [&](int id, std::vector<double>* v) { PairThread(id, calls, v); });

@@ -87,12 +87,16 @@ bool ReadEmbedConfig(int threading, EmbedConfig* out, std::string* err) {
     out->takeBack = *t == '1';
   }
   if (threading == kThreadingThread && !drainOff) {
-    // the default with one JS thread: frees handed over 2 us after they are first seen, so that
-    // in a hot loop the next alloc, which comes sooner, takes them itself in its own call
-    // (H200, docs/notebook/2026-12-01-live-runs.md, runs 31 to 33: the pair 3.20 -> 2.58 us, training's host time as at 0 us)
-    out->drainUs = 2;
-    bad = Micros("GMLAKE_DRAIN_US", &out->drainUs);
-    if (!bad.empty()) return *err = bad + " (or off)", false;
+    // the default with one JS thread: learned (drain_tuner.h), at once where the allocation
+    // after a free comes later than the JS thread's turn, else after 2 us so that it takes the
+    // frees along in its own call (H200, docs/notebook/2026-12-01-live-runs.md, runs 31 to 33:
+    // a hot loop's pair 3.20 -> 2.58 us at 2 us, training's host time as at 0 us)
+    if (drain == nullptr || std::strcmp(drain, "auto") == 0) {
+      out->drainAuto = true;
+    } else {
+      bad = Micros("GMLAKE_DRAIN_US", &out->drainUs);
+      if (!bad.empty()) return *err = bad + " (or auto, or off)", false;
+    }
   }
   // "total": only the library's whole-call timer (two clock reads a call, as the plug's for
   // PyTorch's own allocator), not these parts (four more reads on every call into JS)

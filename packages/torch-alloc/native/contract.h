@@ -66,8 +66,9 @@ enum GmlakeQueueSlot {
   kQueueSpecMissOther = 14,    // one for another size or stream
   kQueueSpecMissBehind = 15,   // one for this request, but frees were queued after it was worked out
   kQueueSpecMissNoneAfterFree = 16,  // of kQueueSpecMissNone: a free came since the allocation before it (not a burst's)
+  kQueueDrainWaitUs = 17,      // how long queued frees wait for the JS thread's drain now (GMLAKE_DRAIN_US; -1: no drains)
 };
-constexpr int kFreeQueueHeader = 17;
+constexpr int kFreeQueueHeader = 18;
 constexpr int kFreeQueueLength = kFreeQueueHeader + 3 * (kFreeQueueSlots + kFrontCacheMaxEntries);
 
 // Statuses below 0 returned by the operations.

@@ -26,13 +26,14 @@ bool Embedding::Start(const std::string& boot, const std::string& config, int th
 
 bool Embedding::StartOnce(const std::string& boot, const std::string& config, int threading, std::string* err) {
   if (!ReadEmbedConfig(threading, &config_, err)) return false;
-  if (config_.drainUs >= 0) queue_.MirrorPending();
+  if (config_.drainUs >= 0 || config_.drainAuto) queue_.MirrorPending();
   parts_.Configure(config_.timeParts, config_.timeWhole);
   threading_ = threading;  // before Node starts: OnBridge reads it
   boot_ = boot;
   configJson_ = config;
   if (threading != kThreadingThread) return StartNode(err);
-  handoff_.Configure(config_.spinUs, config_.drainUs, &queue_.pending(), config_.timeParts);
+  handoff_.Configure(config_.spinUs, config_.drainUs >= 0 || config_.drainAuto, DrainTuner(config_.drainAuto ? -1 : config_.drainUs),
+                     &queue_.pending(), &queue_.pendingFrees(), config_.timeParts);
   return handoff_.Start(this, err);
 }
 
@@ -95,7 +96,10 @@ bool Embedding::OnBridge(const NodeHost::Bridge& bridge, std::string* err) {
 }
 
 double Embedding::CallEngine(int op, double a, double b, double c, std::string* err) {
-  if (queue_.on()) queue_.HandOver(draining_, op == kOpMakeAhead || op == kOpFlush);
+  if (queue_.on()) {
+    if (threading_ == kThreadingThread && (config_.drainUs >= 0 || config_.drainAuto)) queue_.SetDrainWait(handoff_.freeWaitUs());
+    queue_.HandOver(draining_, op == kOpMakeAhead || op == kOpFlush);
+  }
   const bool timed = parts_.on() && !ownCall_;  // the JS thread's own drains and peeks are nobody's call
   uint64_t js[2];
   double v;
@@ -159,33 +163,50 @@ double Embedding::Call(int op, double a, double b, double c, uint64_t postedNs, 
 
 // GMLAKE_DRAIN_US: the JS thread, waiting, hands the queued frees to the engine (an OP_FLUSH
 // of its own). The engine takes the same frees in the same order before the same alloc as
-// without it, so it decides the same; only the work moves off the caller's wait.
-void Embedding::Drain() {
+// without it, so it decides the same; only the work moves off the caller's wait. With answers
+// worked out ahead, the peek for the next allocation hands them over instead: one call into
+// JS, not a flush and then a peek, so the answer stands sooner after a free.
+void Embedding::Drain(uint32_t seen) {
   draining_ = ownCall_ = true;
-  std::string err;
-  double r = CallEngine(kOpFlush, 0, 0, 0, &err);
+  if (!Speculate(seen, true) && !handoff_.PostedSince(seen)) {  // a request posted takes the frees itself
+    std::string err;
+    double r = CallEngine(kOpFlush, 0, 0, 0, &err);
+    if (r < 0) std::fprintf(stderr, "gmlake: handing queued frees to the engine failed: %s\n", err.c_str());
+  }
   draining_ = ownCall_ = false;
-  if (r < 0) std::fprintf(stderr, "gmlake: handing queued frees to the engine failed: %s\n", err.c_str());
 }
 
-// After each of its calls and drains: learn the allocations since, foresee the next, peek.
-// `seen`: the last request taken; one posted since goes first (a peek would only delay it).
-void Embedding::Speculate(uint32_t seen) {
-  if (queue_.foresightContext() == 0) return;
+// After each of its calls and drains: learn the allocations since, foresee the next, peek,
+// unless an answer stands (a drain of nothing but the allocations that took answers keeps the
+// rest). `seen`: the last request taken; one posted since goes first (a peek would only delay
+// it). `draining`: from Drain, with frees queued, which the peek hands over. True: it called
+// into JS (the queue was handed over).
+bool Embedding::Speculate(uint32_t seen, bool draining) {
+  if (queue_.foresightContext() == 0) return false;
   double made, taken, aheadMade, aheadTaken;
   bool queued = queue_.TakeLearned(&learn_, &made, &taken, &aheadMade, &aheadTaken);
   for (const Req& r : learn_) foresight_.Learn(r);
   learn_.clear();
   throttle_.Observe(made, taken);
   aheadThrottle_.Observe(aheadMade, aheadTaken);
+  if (!draining && deniedInDrain_) {  // this turn's chance was the drain's
+    deniedInDrain_ = false;
+    return false;
+  }
   Req next;
-  if (queued || !foresight_.Foresee(&next)) return;  // frees first (a drain follows, then this again)
-  if (!throttle_.Allow()) return;
-  if (handoff_.PostedSince(seen)) return;
+  if ((queued && !draining) || !foresight_.Foresee(&next)) return false;  // frees first (a drain follows, then this again)
+  if (queue_.Standing()) return false;
+  if (!throttle_.Allow()) {
+    deniedInDrain_ = draining;
+    return false;
+  }
+  if (handoff_.PostedSince(seen)) return false;
+  const bool own = ownCall_;
   ownCall_ = true;
   std::string err;
   double addr = CallEngine(kOpPeek, next.size, queue_.device(), next.stream, &err);
-  if (addr > 0 && queue_.Foresee(next.size, next.stream, addr) && config_.ahead > 1 && aheadThrottle_.Allow()) {
+  bool stands = addr > 0 && queue_.Foresee(next.size, next.stream, addr);
+  if (stands && config_.ahead > 1 && aheadThrottle_.Allow()) {
     // the answers after it (GMLAKE_AHEAD): each foreseen as if the ones before had come, and
     // worked out once the engine made those (kOpMakeAhead), while no request waits; while few
     // of them are taken (a free comes between the allocations after all), at 1 chance in 16
@@ -198,7 +219,8 @@ void Embedding::Speculate(uint32_t seen) {
       chain[i] = next;
     }
   }
-  ownCall_ = false;
+  ownCall_ = own;
+  return true;
 }
 
 }  // namespace gmlake

@@ -54,14 +54,14 @@ class Embedding : private Handoff::Worker {
   double CallEngine(int op, double a, double b, double c, std::string* err);
   char* TextEngine(int op, const std::string& arg);
   void ReportFreeErrors();
-  void Speculate(uint32_t seen);
+  bool Speculate(uint32_t seen, bool draining = false);
 
   // Handoff::Worker: the JS thread's side.
   bool Boot(std::string* err) override { return StartNode(err); }
   void Enter() override { host_.HoldForGood(); }
   double Call(int op, double a, double b, double c, uint64_t postedNs, std::string* err) override;
   char* Text(int op, const std::string& arg) override { return TextEngine(op, arg); }
-  void Drain() override;
+  void Drain(uint32_t seen) override;
   void Idle(uint32_t seen) override { Speculate(seen); }
 
   FreeQueue queue_;
@@ -81,6 +81,7 @@ class Embedding : private Handoff::Worker {
   bool ownCall_ = false;               // a call it makes for itself (a drain, a peek): nobody's call, not timed
   Foresight foresight_;
   PeekThrottle throttle_;
+  bool deniedInDrain_ = false;  // the throttle said no to the drain's peek: the Idle after it asks no more
   PeekThrottle aheadThrottle_{2};  // GMLAKE_AHEAD: chains grow past their first answer while 1 in 2 of those are taken
   std::vector<Req> learn_;  // the callers' allocations taken over from the queue's log
 };

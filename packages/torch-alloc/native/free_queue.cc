@@ -34,7 +34,14 @@ void FreeQueue::QueueLocked(double address, double size, double stream) {
   queue_.push_back(address);
   queue_.push_back(size);
   queue_.push_back(stream);
-  if (mirror_) pending_.store(static_cast<uint32_t>(queue_.size() / 3), std::memory_order_relaxed);
+  if (size >= 0) freesQueued_++;
+  MirrorLocked();
+}
+
+void FreeQueue::MirrorLocked() {
+  if (!mirror_) return;
+  pending_.store(static_cast<uint32_t>(queue_.size() / 3), std::memory_order_relaxed);
+  pendingFrees_.store(freesQueued_, std::memory_order_relaxed);
 }
 
 bool FreeQueue::Free(double address, double size, double stream, bool frontCache, bool inPoolWindow) {
@@ -88,7 +95,8 @@ double FreeQueue::TakeBackLocked(double size, double device, double stream) {
     queue_.erase(at, at + 3);
     for (size_t j = i + 1; j < n; j++) takeable_[j].entry--;
     takeable_.erase(takeable_.begin() + static_cast<std::ptrdiff_t>(i));
-    if (mirror_) pending_.store(static_cast<uint32_t>(queue_.size() / 3), std::memory_order_relaxed);
+    freesQueued_--;
+    MirrorLocked();
     takebacks_ += 1;
     takebackBytes_ += size;
     return address;
@@ -296,11 +304,14 @@ void FreeQueue::HandOver(bool draining, bool extending) {
   slots_[kQueueSpecMissOther] = specMiss_[1];
   slots_[kQueueSpecMissBehind] = specMiss_[2];
   slots_[kQueueSpecMissNoneAfterFree] = specMissNoneAfterFree_;
+  slots_[kQueueDrainWaitUs] = drainWaitUs_.load(std::memory_order_relaxed);
   if (n == 0) return;
   std::memcpy(slots_ + kFreeQueueHeader, queue_.data(), take * sizeof(double));
   slots_[kQueueFrees] = static_cast<double>(take / 3);
   queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
-  if (mirror_) pending_.store(static_cast<uint32_t>(queue_.size() / 3), std::memory_order_relaxed);
+  freesQueued_ = 0;  // what stays (a queue longer than the slots take) is counted again
+  for (size_t i = 1; i < queue_.size(); i += 3) freesQueued_ += queue_[i] >= 0 ? 1 : 0;
+  MirrorLocked();
 }
 
 bool FreeQueue::TakeFailedMark() {

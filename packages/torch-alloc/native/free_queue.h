@@ -94,9 +94,14 @@ class FreeQueue {
   // Queued frees JS said failed (slots [1]): true once, the mark cleared.
   bool TakeFailedMark();
 
+  // How long frees wait for the JS thread's drain now (-1: no drains), for the header at each hand-over.
+  void SetDrainWait(double us) { drainWaitUs_.store(us, std::memory_order_relaxed); }
+
   // ---- the JS thread ----
-  // The queue's length, mirrored (MirrorPending) for the spin loop: no mutex there.
+  // The queue's length, mirrored (MirrorPending) for the spin loop: no mutex there; and how many
+  // of its entries are frees (the rest: allocations that took an answer, for the engine to make).
   const std::atomic<uint32_t>& pending() const { return pending_; }
+  const std::atomic<uint32_t>& pendingFrees() const { return pendingFrees_; }
   // The allocations logged since the last time into *learn (swapped); *made, *taken the
   // answers worked out ahead and taken so far. True: frees are queued.
   // *aheadMade, *aheadTaken (when given): of them, the answers after a chain's first (GMLAKE_AHEAD).
@@ -105,6 +110,11 @@ class FreeQueue {
   // or once the chain's `index` answers before it are taken (appended: false, nothing kept,
   // where the chain is not that long any more).
   bool Foresee(double size, double stream, double address, int index = 0);
+  // An answer stands that a caller could take now (the engine has not changed since it was worked out).
+  bool Standing() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return chainHead_ < chainLen_;
+  }
 
  private:
   // A held block stays allocated in the engine's books; `live_` knows every block the engine
@@ -135,6 +145,7 @@ class FreeQueue {
   };
   static uint64_t Key(double address) { return static_cast<uint64_t>(address); }
   void QueueLocked(double address, double size, double stream);
+  void MirrorLocked();
   void GiveBackHeldLocked();
   void HoldOrQueueLocked(double address, double size, double stream);
   double TakeHeldLocked(double size, double device, double stream);
@@ -149,6 +160,7 @@ class FreeQueue {
   alignas(64) std::mutex mutex_;
   // Under mutex_:
   alignas(64) std::vector<double> queue_;  // (address, size, stream) each
+  uint32_t freesQueued_ = 0;               // of its entries, frees (a size >= 0)
   std::vector<Held> held_;                 // oldest first
   std::unordered_map<uint64_t, LiveBlock> live_;
   double frontCacheHits_ = 0, frontCacheHitBytes_ = 0, frontCachePasses_ = 0;
@@ -171,6 +183,8 @@ class FreeQueue {
   double specMissNoneAfterFree_ = 0;  // of none standing: a free came since the allocation before
   // The queue's length for the JS thread's spin loop, on a line of its own.
   alignas(64) std::atomic<uint32_t> pending_{0};
+  std::atomic<uint32_t> pendingFrees_{0};
+  std::atomic<double> drainWaitUs_{-1};
   // Set at start, read by every call without the mutex.
   alignas(64) std::atomic<size_t> frontCacheEntries_{0};  // the bridge's frontCacheEntries (0: off)
   std::atomic<int> specContext_{0};                        // GMLAKE_SPECULATE's K (0: off)

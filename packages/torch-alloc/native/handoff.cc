@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <thread>
 
@@ -26,10 +27,14 @@ inline void CpuRelax() {
 
 }  // namespace
 
-void Handoff::Configure(double spinUs, double drainUs, const std::atomic<uint32_t>* pending, bool timed) {
+void Handoff::Configure(double spinUs, bool drain, DrainTuner tuner, const std::atomic<uint32_t>* pending,
+                        const std::atomic<uint32_t>* pendingFrees, bool timed) {
   spinUs_ = spinUs;
-  drainUs_ = drainUs;
+  drain_ = drain;
+  tuner_ = tuner;
+  freeWaitUs_.store(tuner.WaitUs());
   pending_ = pending;
+  pendingFrees_ = pendingFrees;
   timed_ = timed;
 }
 
@@ -61,26 +66,49 @@ void Handoff::Run(Worker* worker) {
   // The JS thread holds the isolate for good.
   worker->Enter();
   uint32_t seen = 0;
-  const bool drain = drainUs_ >= 0;
   for (;;) {
     uint32_t p = box_.posted.load(std::memory_order_acquire);
     if (p == seen) {
       double t0 = NowUs();
-      double pendingSince = -1;  // when this wait first saw frees queued
+      // when this wait first saw entries queued, frees among them, and the last free come
+      double pendingSince = -1, freesSince = -1, lastFreeAt = -1, freeWait = 0;
+      uint32_t freesSeen = 0;
       while ((p = box_.posted.load(std::memory_order_acquire)) == seen) {
         double now = NowUs();
-        if (drain && pending_->load(std::memory_order_relaxed) != 0) {
+        if (drain_ && pending_->load(std::memory_order_relaxed) != 0) {
           if (pendingSince < 0) pendingSince = now;
-          if (now - pendingSince >= drainUs_) {
-            worker->Drain();
+          const uint32_t frees = pendingFrees_->load(std::memory_order_relaxed);
+          if (frees != 0 && freesSince < 0) {
+            freesSince = now;
+            freeWait = tuner_.NextWaitUs();
+          }
+          if (frees != freesSeen) {
+            freesSeen = frees;
+            lastFreeAt = now;
+          }
+          // learned, not holding them: handed over once the frees stop coming (a drain per free
+          // would work out answers the next free makes void); otherwise timed from the first
+          const bool quiet = tuner_.learning() && freeWait < DrainTuner::kCarryUs;
+          const double wait = frees != 0 ? freeWait : std::max(tuner_.WaitUs(), DrainTuner::kCarryUs);
+          if (now - (frees == 0 ? pendingSince : quiet ? lastFreeAt : freesSince) >= wait) {
+            worker->Drain(seen);
+            if (frees && tuner_.learning()) {
+              tuner_.Drained(NowUs() - now, PostedSince(seen));
+              freeWaitUs_.store(tuner_.WaitUs(), std::memory_order_relaxed);
+            }
             worker->Idle(seen);
-            pendingSince = -1;
+            pendingSince = freesSince = lastFreeAt = -1;
+            freesSeen = 0;
             t0 = NowUs();  // frees coming in: the job is busy, keep spinning
             continue;
           }
         }
         if (now - t0 >= spinUs_) break;
         CpuRelax();
+      }
+      if (p != seen && freesSince >= 0 && tuner_.learning()) {  // a request came before the drain: it takes them along
+        tuner_.Carried(NowUs() - lastFreeAt);
+        freeWaitUs_.store(tuner_.WaitUs(), std::memory_order_relaxed);
       }
       if (p == seen) {
         box_.jsSleeping.store(1, std::memory_order_seq_cst);

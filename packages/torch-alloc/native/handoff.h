@@ -9,6 +9,8 @@
 #include <mutex>
 #include <string>
 
+#include "drain_tuner.h"
+
 namespace gmlake {
 
 class Handoff {
@@ -24,16 +26,21 @@ class Handoff {
     // A call; postedNs: when the caller posted it (GMLAKE_TIME_CALLS's "enter" part).
     virtual double Call(int op, double a, double b, double c, uint64_t postedNs, std::string* err) = 0;
     virtual char* Text(int op, const std::string& arg) = 0;
-    // Waiting, with frees queued for GMLAKE_DRAIN_US: hands them to the engine.
-    virtual void Drain() = 0;
+    // Waiting, with frees queued for GMLAKE_DRAIN_US: hands them to the engine (`seen` as Idle's).
+    virtual void Drain(uint32_t seen) = 0;
     // After each call and drain; `seen`: the last request taken (PostedSince).
     virtual void Idle(uint32_t seen) = 0;
   };
 
-  // spinUs: how long either side spins before it sleeps; drainUs < 0: no drains, else how long
-  // frees wait queued (`pending`: their number) before the waiting JS thread hands them over;
-  // timed: callers stamp their posts (GMLAKE_TIME_CALLS=1).
-  void Configure(double spinUs, double drainUs, const std::atomic<uint32_t>* pending, bool timed);
+  // spinUs: how long either side spins before it sleeps; drain: no drains (`off`), or how long
+  // frees wait queued before the waiting JS thread hands them over (drain_tuner.h: fixed or
+  // learned; `pending`: the queue's entries, `pendingFrees`: of them frees). A queue of nothing
+  // but allocations that took answers waits at least DrainTuner::kCarryUs: they come in bursts,
+  // and the next one takes them along. timed: callers stamp their posts (GMLAKE_TIME_CALLS=1).
+  void Configure(double spinUs, bool drain, DrainTuner tuner, const std::atomic<uint32_t>* pending,
+                 const std::atomic<uint32_t>* pendingFrees, bool timed);
+  // How long frees wait now (GMLAKE_DRAIN_US=auto: as learned so far; stats()).
+  double freeWaitUs() const { return freeWaitUs_.load(std::memory_order_relaxed); }
   // Starts the JS thread and waits until its Worker::Boot returned.
   bool Start(Worker* worker, std::string* err);
 
@@ -74,8 +81,11 @@ class Handoff {
   };
   Mailbox box_;
   double spinUs_ = 1000;
-  double drainUs_ = -1;
+  bool drain_ = false;
+  DrainTuner tuner_;  // the JS thread's own
+  std::atomic<double> freeWaitUs_{0};  // tuner_'s, for stats()
   const std::atomic<uint32_t>* pending_ = nullptr;
+  const std::atomic<uint32_t>* pendingFrees_ = nullptr;
   bool timed_ = false;
 };
 

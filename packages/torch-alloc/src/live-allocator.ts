@@ -27,6 +27,7 @@ import { BoundedHistory } from "./bounded-history.js";
 import { coerceKnobs, parseKnobText } from "./knobs.js";
 import {
   FRONT_CACHE_MAX_ENTRIES,
+  QUEUE_DRAIN_WAIT_US,
   QUEUE_DRAINED_FREES,
   QUEUE_DRAINS,
   QUEUE_FRONT_CACHE_HIT_BYTES,
@@ -495,6 +496,8 @@ export class LiveAllocator {
       // the JS thread's own hand-overs of queued frees while it waited for a request (GMLAKE_DRAIN_US), and the frees in them
       num_free_drains: this.nativeCounts?.[QUEUE_DRAINS] ?? 0,
       num_drained_frees: this.nativeCounts?.[QUEUE_DRAINED_FREES] ?? 0,
+      // how long queued frees wait for that thread's drain now, us (GMLAKE_DRAIN_US=auto: 0 or 2 as learned); -1: no drains
+      drain_wait_us: this.nativeCounts?.[QUEUE_DRAIN_WAIT_US] ?? -1,
       // GMLAKE_SPECULATE: answers the JS thread worked out ahead of the allocation it expected, and allocations that took one
       num_speculations: this.nativeCounts?.[QUEUE_SPECULATIONS] ?? 0,
       num_speculation_hits: this.nativeCounts?.[QUEUE_SPEC_HITS] ?? 0,

@@ -65,7 +65,7 @@ export const FRONT_CACHE_MAX_ENTRIES = 256;
  * The free queue's header, its slots QUEUE_* below. An entry with a negative size is an
  * allocation a caller took from a foreseen answer: the engine makes it, at that address.
  */
-export const FREE_QUEUE_HEADER = 17;
+export const FREE_QUEUE_HEADER = 18;
 /** The header's slots by name (contract.h GmlakeQueueSlot). */
 export const QUEUE_FREES = 0;
 export const QUEUE_FREE_ERRORS = 1;
@@ -90,5 +90,7 @@ export const QUEUE_SPEC_MISS_OTHER = 14;
 export const QUEUE_SPEC_MISS_BEHIND = 15;
 /** Of QUEUE_SPEC_MISS_NONE: those with a free since the allocation before them (not back to back, so no chain covers them). */
 export const QUEUE_SPEC_MISS_NONE_AFTER_FREE = 16;
+/** How long queued frees wait for the JS thread's drain now, in us (GMLAKE_DRAIN_US; auto: as learned); -1: no drains. */
+export const QUEUE_DRAIN_WAIT_US = 17;
 /** The free queue's Float64Array: the header, then (address, size, stream) for the queue and a whole front cache given back. */
 export const FREE_QUEUE_LENGTH = FREE_QUEUE_HEADER + 3 * (FREE_QUEUE_SLOTS + FRONT_CACHE_MAX_ENTRIES);

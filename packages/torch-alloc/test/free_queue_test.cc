@@ -16,6 +16,9 @@
 // 4c. a chain of answers (GMLAKE_AHEAD): taken in order, back to back; kept through kOpMakeAhead's
 //    hand-over of nothing but takes, dropped by a free and by any other hand-over; the log says
 //    which allocations came right after another
+// 4d. the queue's length and its frees mirrored for the JS thread's spin loop (GMLAKE_DRAIN_US):
+//    an allocation that took an answer counts in the length, not as a free; a take-back or a
+//    hand-over lowers both; whether an answer stands
 // 5. only the last kTakeBackScan takeable frees are looked at; close stops the take-back
 // 6. the entries of frees the engine took are swept once there are many; the take-back goes on
 #include <cstdio>
@@ -246,6 +249,24 @@ void Chain() {
   Check(n >= 3 && learned[n - 2].direct && !learned[n - 1].direct, "an allocation right after another is logged direct, one after a free not");
 }
 
+void Pending() {
+  Queue t(true, 6);
+  t.q.MirrorPending();
+  auto pending = [&] { return std::vector<uint32_t>{t.q.pending().load(), t.q.pendingFrees().load()}; };
+  Check(!t.q.Standing(), "no answer stands at first");
+  t.q.Foresee(MiB, 0, 0x1000);
+  Check(t.q.Standing(), "a foreseen answer stands");
+  Check(t.Alloc(MiB) == 0x1000 && !t.q.Standing(), "taken, it stands no more");
+  Check(pending() == std::vector<uint32_t>{1, 0}, "the allocation that took it: queued, not a free");
+  t.Engine(0x9000, 2 * MiB);
+  t.q.Free(0x9000, 2 * MiB, 0, false);
+  t.q.Free(0x1000, MiB, 0, false);
+  Check(pending() == std::vector<uint32_t>{3, 2}, "two frees behind it");
+  Check(t.Alloc(2 * MiB) == 0x9000 && pending() == std::vector<uint32_t>{2, 1}, "a free taken back: one entry and one free fewer");
+  t.HandOver();
+  Check(pending() == std::vector<uint32_t>{0, 0}, "handed over: none pending");
+}
+
 void ScanAndClose() {
   Queue t;
   for (int i = 0; i < 40; i++) t.Engine(0x100000 + i * 0x1000, 512 * (i + 1));
@@ -288,6 +309,7 @@ int main() {
   WithForesight();
   MissReasons();
   Chain();
+  Pending();
   ScanAndClose();
   Sweep();
   if (g_failed == 0) std::printf("free_queue_test: all checks passed\n");

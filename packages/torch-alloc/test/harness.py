@@ -51,6 +51,8 @@ crash is then a failed case, not a lost run):
   threading-auto               the default design: a Locker per call on one CPU, one JS thread
                                with enough CPUs (stats() says which); a bad name refused
   stress:vms-no-drain:thread   the stress with GMLAKE_DRAIN_US=off (frees wait for the next call)
+  drain-tuner                  GMLAKE_DRAIN_US=auto's choice on its own: held for requests that
+                               come during a turn, probed, back at once (test/drain_tuner_test.cc)
   free-queue                   the free queue's take-back on its own (test/free_queue_test.cc, no Node)
   takeback:<threading>         GMLAKE_TAKEBACK=1 through the C ABI: a hot loop of alloc+free pairs of
                                one size takes the queued free back (every one after the first with a
@@ -82,9 +84,9 @@ crash is then a failed case, not a lost run):
   speculate-outside-policy, speculate-outside-policy-asked
                                an outside policy that peeks: off by default, on when asked
   drain-same-decisions         one caller's seeded mix hands out the same addresses with the
-                               drain off, at 2 us (the default), at 20 us and with
-                               GMLAKE_SPECULATE=0, 1, 6 and unset (the default, 6): drains and
-                               answers ahead move work, not decisions
+                               drain off, learned (auto, the default), at 0, 2 and 20 us and
+                               with GMLAKE_SPECULATE=0, 1, 6 and unset (the default, 6): drains
+                               and answers ahead move work, not decisions
   drain-locker, drain-env, spin-env
                                GMLAKE_DRAIN_US without the JS thread, or a bad number in it
                                or in GMLAKE_SPIN_US: a clear error at start
@@ -466,17 +468,19 @@ def decisions(ops=20000, seed=5):
         native.free(addr, size, stream)
     s = gmlake_torch.stats()
     print(json.dumps({"hash": h, "peak_reserved": s["reserved_bytes.all.peak"], "drains": s["num_free_drains"],
-                      "drained_frees": s["num_drained_frees"], "speculation_hits": s["num_speculation_hits"]}))
+                      "drained_frees": s["num_drained_frees"], "speculation_hits": s["num_speculation_hits"],
+                      "drain_wait_us": s["drain_wait_us"]}))
     return None
 
 
 def drain_same_decisions():
     """GMLAKE_DRAIN_US and GMLAKE_SPECULATE move work, not the engine's decisions: the same
-    calls hand out the same addresses with the drain off, after 2 us (the default), after 20 us (these three
-    without answers worked out ahead), and with answers worked out ahead looking back on 1
-    and on 6 allocations and by default (6)."""
+    calls hand out the same addresses with the drain off, learned (auto, the default), at once,
+    after 2 us and after 20 us (these five without answers worked out ahead), and with answers
+    worked out ahead looking back on 1 and on 6 allocations and by default (6), the drain
+    learned (its peek hands the frees over)."""
     runs = {}
-    for drain in ("off", None, "20", "speculate 0", "speculate 1", "speculate 6"):
+    for drain in ("off", None, "0", "2", "20", "speculate 0", "speculate 1", "speculate 6"):
         env = {k: v for k, v in os.environ.items() if k not in ("GMLAKE_DRAIN_US", "GMLAKE_FRONT_CACHE_ENTRIES", "GMLAKE_SPECULATE")}
         env["GMLAKE_THREADING"] = "thread"
         if drain is not None and drain.startswith("speculate"):
@@ -492,10 +496,10 @@ def drain_same_decisions():
     for d in (None, "speculate 1", "speculate 6"):
         if runs[d]["speculation_hits"] == 0:
             return f"GMLAKE_SPECULATE={d and d.split()[1]}: no allocation took a foreseen answer ({runs[d]})"
-    for d in ("off", "20", "speculate 0"):
+    for d in ("off", "0", "2", "20", "speculate 0"):
         if runs[d]["speculation_hits"] != 0:
             return f"{d}: allocations took foreseen answers with GMLAKE_SPECULATE=0 ({runs[d]})"
-    for drain in (None, "20", "speculate 0", "speculate 1", "speculate 6"):
+    for drain in (None, "0", "2", "20", "speculate 0", "speculate 1", "speculate 6"):
         x = runs[drain]
         if (x["hash"], x["peak_reserved"]) != (off["hash"], off["peak_reserved"]):
             return f"GMLAKE_DRAIN_US={drain} decided differently: {x} against {off} without it"
@@ -503,8 +507,13 @@ def drain_same_decisions():
             return f"GMLAKE_DRAIN_US={drain}: the JS thread never handed frees over ({x})"
     if off["drains"] != 0:
         return f"{off['drains']} drains with GMLAKE_DRAIN_US=off"
+    # stats() say how long frees wait: fixed as set, learned one of the two waits (drain_tuner.h), none when off
+    waits = {d: runs[d]["drain_wait_us"] for d in ("off", None, "0", "2", "20")}
+    if (waits["off"], waits["0"], waits["2"], waits["20"]) != (-1, 0, 2, 20) or waits[None] not in (0.25, 2):
+        return f"drain_wait_us by GMLAKE_DRAIN_US: {waits}"
     print(json.dumps({"case": "drain-same-decisions", "peak_reserved": off["peak_reserved"],
-                      "drained_frees": {"default (2)": runs[None]["drained_frees"], "20": runs["20"]["drained_frees"]},
+                      "drained_frees": {"auto": runs[None]["drained_frees"], "20": runs["20"]["drained_frees"]},
+                      "drain_wait_us": {str(d): runs[d]["drain_wait_us"] for d in ("off", None, "0", "20")},
                       "speculation_hits": {str(d): runs[d]["speculation_hits"] for d in (None, "speculate 1", "speculate 6")}}))
     return None
 
@@ -1724,6 +1733,7 @@ CASES = {
     "throw": throw_check,
     "foresight": lambda: check_program("foresight_test"),
     "free-queue": lambda: check_program("free_queue_test"),
+    "drain-tuner": lambda: check_program("drain_tuner_test"),
     "takeback:locker": lambda: takeback("locker"),
     "takeback:thread": lambda: takeback("thread"),
     "takeback-pool-window": lambda: check_program("takeback_check", gmlake_torch.library_path()),
@@ -1777,7 +1787,7 @@ CASES = {
     "budget-env-bad": lambda: expect_start_error("GMLAKE_MEMORY_FRACTION: expected a fraction of the device's memory from 0 to 1, got 'half'",
                                                  policy="vms", driver="host"),
     "drain-locker": lambda: expect_start_error("GMLAKE_DRAIN_US needs GMLAKE_THREADING=thread", policy="vms", driver="host"),
-    "drain-env": lambda: expect_start_error("GMLAKE_DRAIN_US takes microseconds (a number >= 0), not 'soon' (or off)", policy="vms",
+    "drain-env": lambda: expect_start_error("GMLAKE_DRAIN_US takes microseconds (a number >= 0), not 'soon' (or auto, or off)", policy="vms",
                                             driver="host", threading="thread"),
     "spin-env": lambda: expect_start_error("GMLAKE_SPIN_US takes microseconds (a number >= 0), not '-5'", policy="vms",
                                            driver="host", threading="thread"),
