@@ -63,6 +63,9 @@ class Embedding : private Handoff::Worker {
   char* Text(int op, const std::string& arg) override { return TextEngine(op, arg); }
   void Drain(uint32_t seen) override;
   void Idle(uint32_t seen) override { Speculate(seen); }
+  // (the peek throttle not asked: at 2 us its rare peeks would meet the allocation, never be
+  // taken, and so never let early drains come back)
+  bool Foreseeing() const override { return queue_.foresightContext() != 0; }
 
   FreeQueue queue_;
   Handoff handoff_;

@@ -80,7 +80,7 @@ void Handoff::Run(Worker* worker) {
           const uint32_t frees = pendingFrees_->load(std::memory_order_relaxed);
           if (frees != 0 && freesSince < 0) {
             freesSince = now;
-            freeWait = tuner_.NextWaitUs();
+            freeWait = tuner_.NextWaitUs(worker->Foreseeing());
           }
           if (frees != freesSeen) {
             freesSeen = frees;
@@ -94,7 +94,7 @@ void Handoff::Run(Worker* worker) {
             worker->Drain(seen);
             if (frees && tuner_.learning()) {
               tuner_.Drained(NowUs() - now, PostedSince(seen));
-              freeWaitUs_.store(tuner_.WaitUs(), std::memory_order_relaxed);
+              freeWaitUs_.store(tuner_.WaitUs(worker->Foreseeing()), std::memory_order_relaxed);
             }
             worker->Idle(seen);
             pendingSince = freesSince = lastFreeAt = -1;
@@ -108,7 +108,7 @@ void Handoff::Run(Worker* worker) {
       }
       if (p != seen && freesSince >= 0 && tuner_.learning()) {  // a request came before the drain: it takes them along
         tuner_.Carried(NowUs() - lastFreeAt);
-        freeWaitUs_.store(tuner_.WaitUs(), std::memory_order_relaxed);
+        freeWaitUs_.store(tuner_.WaitUs(worker->Foreseeing()), std::memory_order_relaxed);
       }
       if (p == seen) {
         box_.jsSleeping.store(1, std::memory_order_seq_cst);

@@ -30,6 +30,9 @@ class Handoff {
     virtual void Drain(uint32_t seen) = 0;
     // After each call and drain; `seen`: the last request taken (PostedSince).
     virtual void Idle(uint32_t seen) = 0;
+    // A drain now may work out the next answer (GMLAKE_SPECULATE on): only then is handing
+    // frees over early worth a turn of its own (drain_tuner.h).
+    virtual bool Foreseeing() const = 0;
   };
 
   // spinUs: how long either side spins before it sleeps; drain: no drains (`off`), or how long

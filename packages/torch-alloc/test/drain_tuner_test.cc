@@ -1,7 +1,8 @@
 // GMLAKE_DRAIN_US=auto's choice (native/drain_tuner.h) on its own, no Node. Run by
 // test/harness.py (case "drain-tuner"):
 //   drain_tuner_test   -> exit 0 and one line per check, or exit 1 naming each that failed
-// 1. a number is kept as it is; learned, frees are handed over once they stop coming
+// 1. a number is kept as it is; learned, frees are handed over once they stop coming, unless no
+//    answer is worked out at a drain
 // 2. requests posted during the drains' turns make it hold the frees (kCarryUs), and one batch
 //    in kProbeEvery is still handed over at once; turns that end before the next request
 //    bring it back, not one sample at a time
@@ -25,6 +26,8 @@ void Fixed() {
   Check(t.WaitUs() == 20, "whatever happens");
   DrainTuner l;
   Check(l.learning() && l.WaitUs() == DrainTuner::kQuietUs, "learned: at first once the frees stop coming");
+  Check(l.NextWaitUs(false) == DrainTuner::kCarryUs && l.WaitUs(false) == DrainTuner::kCarryUs,
+        "with no answer worked out at a drain (GMLAKE_SPECULATE=0), 2 us: an early drain gains nothing");
 }
 
 void Flips() {
@@ -35,7 +38,8 @@ void Flips() {
   Check(t.WaitUs() == DrainTuner::kCarryUs, "most requests came during the turn: the frees are held for them");
   int probes = 0;
   for (unsigned i = 0; i < 4 * DrainTuner::kProbeEvery; i++) probes += t.NextWaitUs() < DrainTuner::kCarryUs ? 1 : 0;
-  Check(probes == 4, "held, 1 batch in kProbeEvery is still handed over at once (" + std::to_string(probes) + " of 64)");
+  Check(probes == 4, "held, 1 batch in kProbeEvery is still handed over at once (" + std::to_string(probes) + " of " +
+                         std::to_string(4 * DrainTuner::kProbeEvery) + ")");
   for (int i = 0; i < 5; i++) t.Drained(1, false);
   Check(t.WaitUs() == DrainTuner::kCarryUs, "a few turns with no request do not flip it back");
   for (int i = 0; i < 60; i++) t.Drained(1, false);
