@@ -87,11 +87,14 @@ bool ReadEmbedConfig(int threading, EmbedConfig* out, std::string* err) {
     out->takeBack = *t == '1';
   }
   if (threading == kThreadingThread && !drainOff) {
-    // the default with one JS thread: learned (drain_tuner.h), at once where the allocation
-    // after a free comes later than the JS thread's turn, else after 2 us so that it takes the
-    // frees along in its own call (H200, docs/notebook/2026-12-01-live-runs.md, runs 31 to 33:
-    // a hot loop's pair 3.20 -> 2.58 us at 2 us, training's host time as at 0 us)
-    if (drain == nullptr || std::strcmp(drain, "auto") == 0) {
+    // the default with one JS thread: 2 us, so that an allocation within that of a free takes
+    // the frees along in its own call (H200, docs/notebook/2026-12-01-live-runs.md, runs 31 to 33:
+    // a hot loop's pair 3.20 -> 2.58 us at 2 us, training's host time as at 0 us). `auto`
+    // (drain_tuner.h) helped allocations 1-4 us after a free on the CPU but moved nothing on the
+    // GPU: the compiled GPT-2's misses are not after frees (docs/notebook/2026-12-07-drain-after-free.md).
+    if (drain == nullptr) {
+      out->drainUs = 2;
+    } else if (std::strcmp(drain, "auto") == 0) {
       out->drainAuto = true;
     } else {
       bad = Micros("GMLAKE_DRAIN_US", &out->drainUs);

@@ -16,8 +16,8 @@ struct EmbedConfig {
   // between a training step's calls (with 50 us the JS thread slept between them and every
   // wake-up was paid: +4-6% of step on the H200, docs/notebook/2026-12-01-live-runs.md, runs 14 to 16).
   double spinUs = 1000;
-  // GMLAKE_DRAIN_US (one JS thread only; "auto", the default: learned, drain_tuner.h; a number
-  // of us: fixed; "off": off): while that thread waits for a request it hands frees queued
+  // GMLAKE_DRAIN_US (one JS thread only; a number of us, 2 by default; "auto": learned,
+  // drain_tuner.h; "off": off): while that thread waits for a request it hands frees queued
   // for this long to the engine itself.
   double drainUs = -1;
   bool drainAuto = false;

@@ -1,5 +1,5 @@
 // How long queued frees wait before the waiting JS thread hands them to the engine
-// (GMLAKE_DRAIN_US=auto, the default with one JS thread; handoff.cc asks and tells it).
+// (GMLAKE_DRAIN_US=auto, an option with one JS thread; handoff.cc asks and tells it).
 //
 // Handed over at once, the engine takes the frees and the JS thread works out where the next
 // allocation lands, so that allocation, if it comes later than that turn takes (about a
@@ -19,7 +19,7 @@ namespace gmlake {
 
 class DrainTuner {
  public:
-  // Held frees' wait when the allocations come sooner than a turn (the fixed default before).
+  // Held frees' wait when the allocations come sooner than a turn (the fixed default).
   static constexpr double kCarryUs = 2;
   // Not holding them, how long no new free comes before they are handed over: a job frees
   // several blocks back to back, and each free would make the answer worked out after the one

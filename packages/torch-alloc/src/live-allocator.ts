@@ -496,7 +496,7 @@ export class LiveAllocator {
       // the JS thread's own hand-overs of queued frees while it waited for a request (GMLAKE_DRAIN_US), and the frees in them
       num_free_drains: this.nativeCounts?.[QUEUE_DRAINS] ?? 0,
       num_drained_frees: this.nativeCounts?.[QUEUE_DRAINED_FREES] ?? 0,
-      // how long queued frees wait for that thread's drain now, us (GMLAKE_DRAIN_US=auto: 0 or 2 as learned); -1: no drains
+      // how long queued frees wait for that thread's drain now, us (GMLAKE_DRAIN_US=auto: 0.25 or 2 as learned); -1: no drains
       drain_wait_us: this.nativeCounts?.[QUEUE_DRAIN_WAIT_US] ?? -1,
       // GMLAKE_SPECULATE: answers the JS thread worked out ahead of the allocation it expected, and allocations that took one
       num_speculations: this.nativeCounts?.[QUEUE_SPECULATIONS] ?? 0,

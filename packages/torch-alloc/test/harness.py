@@ -475,47 +475,48 @@ def decisions(ops=20000, seed=5):
 
 def drain_same_decisions():
     """GMLAKE_DRAIN_US and GMLAKE_SPECULATE move work, not the engine's decisions: the same
-    calls hand out the same addresses with the drain off, learned (auto, the default), at once,
-    after 2 us and after 20 us (these five without answers worked out ahead), and with answers
-    worked out ahead looking back on 1 and on 6 allocations and by default (6), the drain
-    learned (its peek hands the frees over)."""
+    calls hand out the same addresses with the drain off, at once, after 2 us and after 20 us
+    and learned (auto) (these without answers worked out ahead), and with answers worked out
+    ahead looking back on 1 and on 6 allocations and by default (6), the drain by default
+    (2 us) and learned (its peek hands the frees over)."""
+    # name: (GMLAKE_DRAIN_US, GMLAKE_SPECULATE), None for unset
+    variants = {"off": ("off", "0"), "default": (None, None), "auto": ("auto", None), "0": ("0", "0"),
+                "2": ("2", "0"), "20": ("20", "0"), "auto speculate 0": ("auto", "0"),
+                "speculate 1": (None, "1"), "speculate 6": (None, "6")}
     runs = {}
-    for drain in ("off", None, "0", "2", "20", "speculate 0", "speculate 1", "speculate 6"):
+    for name, (drain, speculate) in variants.items():
         env = {k: v for k, v in os.environ.items() if k not in ("GMLAKE_DRAIN_US", "GMLAKE_FRONT_CACHE_ENTRIES", "GMLAKE_SPECULATE")}
         env["GMLAKE_THREADING"] = "thread"
-        if drain is not None and drain.startswith("speculate"):
-            env["GMLAKE_SPECULATE"] = drain.split()[1]
-        elif drain is not None:
+        if drain is not None:
             env["GMLAKE_DRAIN_US"] = drain
-            env["GMLAKE_SPECULATE"] = "0"
+        if speculate is not None:
+            env["GMLAKE_SPECULATE"] = speculate
         r = subprocess.run([sys.executable, __file__, "--decisions"], env=env, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
-            return f"GMLAKE_DRAIN_US={drain}: exit {r.returncode}: {(r.stdout + r.stderr).strip()[-500:]}"
-        runs[drain] = json.loads(r.stdout.strip().splitlines()[-1])
+            return f"{name}: exit {r.returncode}: {(r.stdout + r.stderr).strip()[-500:]}"
+        runs[name] = json.loads(r.stdout.strip().splitlines()[-1])
     off = runs["off"]
-    for d in (None, "speculate 1", "speculate 6"):
-        if runs[d]["speculation_hits"] == 0:
-            return f"GMLAKE_SPECULATE={d and d.split()[1]}: no allocation took a foreseen answer ({runs[d]})"
-    for d in ("off", "0", "2", "20", "speculate 0"):
-        if runs[d]["speculation_hits"] != 0:
-            return f"{d}: allocations took foreseen answers with GMLAKE_SPECULATE=0 ({runs[d]})"
-    for drain in (None, "0", "2", "20", "speculate 0", "speculate 1", "speculate 6"):
-        x = runs[drain]
+    for name, (_, speculate) in variants.items():
+        foresees = speculate != "0"
+        if (runs[name]["speculation_hits"] != 0) != foresees:
+            return f"{name}: {'no' if foresees else 'some'} allocations took foreseen answers ({runs[name]})"
+        x = runs[name]
         if (x["hash"], x["peak_reserved"]) != (off["hash"], off["peak_reserved"]):
-            return f"GMLAKE_DRAIN_US={drain} decided differently: {x} against {off} without it"
-        if x["drains"] == 0:
-            return f"GMLAKE_DRAIN_US={drain}: the JS thread never handed frees over ({x})"
+            return f"{name} decided differently: {x} against {off} with the drain off"
+        if name != "off" and x["drains"] == 0:
+            return f"{name}: the JS thread never handed frees over ({x})"
     if off["drains"] != 0:
         return f"{off['drains']} drains with GMLAKE_DRAIN_US=off"
-    # stats() say how long frees wait: fixed as set, learned one of the two waits (drain_tuner.h), 2 us
-    # learned with no answers worked out (an early drain gains nothing), none when off
-    waits = {d: runs[d]["drain_wait_us"] for d in ("off", None, "0", "2", "20", "speculate 0")}
-    if (waits["off"], waits["0"], waits["2"], waits["20"], waits["speculate 0"]) != (-1, 0, 2, 20, 2) or waits[None] not in (0.25, 2):
+    # stats() say how long frees wait: fixed as set (2 us by default), learned one of the two waits
+    # (drain_tuner.h) and 2 us learned with no answers worked out (an early drain gains nothing), none when off
+    waits = {name: runs[name]["drain_wait_us"] for name in variants}
+    fixed = {"off": -1, "default": 2, "0": 0, "2": 2, "20": 20, "auto speculate 0": 2, "speculate 1": 2, "speculate 6": 2}
+    if any(waits[n] != w for n, w in fixed.items()) or waits["auto"] not in (0.25, 2):
         return f"drain_wait_us by GMLAKE_DRAIN_US: {waits}"
     print(json.dumps({"case": "drain-same-decisions", "peak_reserved": off["peak_reserved"],
-                      "drained_frees": {"auto": runs[None]["drained_frees"], "20": runs["20"]["drained_frees"]},
-                      "drain_wait_us": {str(d): runs[d]["drain_wait_us"] for d in ("off", None, "0", "20")},
-                      "speculation_hits": {str(d): runs[d]["speculation_hits"] for d in (None, "speculate 1", "speculate 6")}}))
+                      "drained_frees": {n: runs[n]["drained_frees"] for n in ("default", "auto", "20")},
+                      "drain_wait_us": waits,
+                      "speculation_hits": {n: runs[n]["speculation_hits"] for n in ("default", "auto", "speculate 1", "speculate 6")}}))
     return None
 
 
