@@ -50,6 +50,8 @@ import step_time as st
 
 REFS = ("pytorch", "pytorch-expandable")
 DEFAULT_COMPARE = "ours:vms/pytorch-expandable ours:vms/pytorch ours:caching/pytorch"
+# the parts of a `none` miss, by what the JS thread last found (num_speculation_misses' none_*)
+NONE_PARTS = ("late", "unforeseen", "declined", "throttled")
 
 
 def route_of(k):
@@ -126,6 +128,9 @@ def summarize(runs, warmup):
                 row["missed"] = {k: sum(e["num_speculation_misses"].get(k, 0) for e in engines) / allocs for k in ("none", "other", "behind")}
                 if all("none_after_free" in e["num_speculation_misses"] for e in engines):  # of none: a free since the allocation before
                     row["missed"]["none_after_free"] = sum(e["num_speculation_misses"]["none_after_free"] for e in engines) / allocs
+                if all("none_late" in e["num_speculation_misses"] for e in engines):  # of none: what the JS thread last found
+                    for k in NONE_PARTS:
+                        row["missed"][f"none_{k}"] = sum(e["num_speculation_misses"][f"none_{k}"] for e in engines) / allocs
             if all("drain_wait_us" in e for e in engines):  # how long frees waited for a drain at the end (GMLAKE_DRAIN_US=auto: as learned)
                 row["drain_wait_us"] = sorted({e["drain_wait_us"] for e in engines})
             if all("num_made_ahead" in e for e in engines):  # GMLAKE_AHEAD: made ahead for the answer after them, and of those undone
@@ -164,7 +169,9 @@ def markdown(doc):
                      + (f" (made {100 * r['made_ahead']:.1f}%, undone {100 * r['undone_ahead']:.1f}%)" if "made_ahead" in r else "")
                      + (f"; drain at {', '.join(f'{w:g}' for w in r['drain_wait_us'])} us" if "drain_wait_us" in r else "") + " | "
                      + (" / ".join(f"{100 * r['missed'][k]:.1f}%" for k in ("none", "other", "behind")) if "missed" in r else "-")
-                     + (f" (none after a free {100 * r['missed']['none_after_free']:.1f}%)" if "none_after_free" in r.get("missed", {}) else "") + " |")
+                     + (f" (none after a free {100 * r['missed']['none_after_free']:.1f}%)" if "none_after_free" in r.get("missed", {}) else "")
+                     + ("; none " + " / ".join(f"{k} {100 * r['missed']['none_' + k]:.1f}%" for k in NONE_PARTS) if "none_late" in r.get("missed", {}) else "")
+                     + " |")
     failed = [r for r in doc["runs"] if not r.get("ok")]
     if failed:
         lines += ["", "## Runs that failed", ""] + [f"- {r['workload']} {r['allocator']}/{r['ref']} process {r['round']}: "

@@ -194,10 +194,15 @@ bool Embedding::Speculate(uint32_t seen, bool draining) {
     return false;
   }
   Req next;
-  if ((queued && !draining) || !foresight_.Foresee(&next)) return false;  // frees first (a drain follows, then this again)
+  if (queued && !draining) return false;  // frees first (a drain follows, then this again)
+  if (!foresight_.Foresee(&next)) {
+    queue_.Unanswered(FreeQueue::NoAnswer::kUnforeseen);
+    return false;
+  }
   if (queue_.Standing()) return false;
   if (!throttle_.Allow()) {
     deniedInDrain_ = draining;
+    queue_.Unanswered(FreeQueue::NoAnswer::kThrottled);
     return false;
   }
   if (handoff_.PostedSince(seen)) return false;
@@ -206,6 +211,7 @@ bool Embedding::Speculate(uint32_t seen, bool draining) {
   std::string err;
   double addr = CallEngine(kOpPeek, next.size, queue_.device(), next.stream, &err);
   bool stands = addr > 0 && queue_.Foresee(next.size, next.stream, addr);
+  if (!stands) queue_.Unanswered(FreeQueue::NoAnswer::kDeclined);
   if (stands && config_.ahead > 1 && aheadThrottle_.Allow()) {
     // the answers after it (GMLAKE_AHEAD): each foreseen as if the ones before had come, and
     // worked out once the engine made those (kOpMakeAhead), while no request waits; while few

@@ -133,6 +133,7 @@ bool FreeQueue::TakeAlloc(double size, double device, double stream, double* add
   if (chainHead_ >= chainLen_) {
     specMiss_[0] += 1;
     if (afterFree) specMissNoneAfterFree_ += 1;
+    specMissNoneBy_[static_cast<int>(noAnswer_)] += 1;
     return false;
   }
   const Spec& s = chain_[chainHead_];
@@ -144,6 +145,7 @@ bool FreeQueue::TakeAlloc(double size, double device, double stream, double* add
     if (chainHead_ > 0) aheadTaken_ += 1;
     chainHead_++;
     chainTaken_++;
+    if (chainHead_ >= chainLen_) noAnswer_ = NoAnswer::kLate;  // the next is for the JS thread to work out
     specHits_ += 1;
     QueueLocked(s.addr, -size, stream);
     if (takeBack_.load(std::memory_order_relaxed)) AllocatedLocked(s.addr, size, stream);
@@ -271,6 +273,7 @@ void FreeQueue::HandOver(bool draining, bool extending) {
   // thread's kOpMakeAhead or drain, handed only the allocations that took them, changes nothing
   // else, and they all still do (the bridge keeps its side of the chain likewise).
   if (!extending || n != 3 * chainTaken_) chainLen_ = chainHead_ = 0;
+  if (chainHead_ >= chainLen_) noAnswer_ = NoAnswer::kLate;
   chainTaken_ = 0;
   if (draining && take > 0) {
     drains_ += 1;
@@ -305,6 +308,10 @@ void FreeQueue::HandOver(bool draining, bool extending) {
   slots_[kQueueSpecMissBehind] = specMiss_[2];
   slots_[kQueueSpecMissNoneAfterFree] = specMissNoneAfterFree_;
   slots_[kQueueDrainWaitUs] = drainWaitUs_.load(std::memory_order_relaxed);
+  slots_[kQueueSpecMissNoneLate] = specMissNoneBy_[0];
+  slots_[kQueueSpecMissNoneUnforeseen] = specMissNoneBy_[1];
+  slots_[kQueueSpecMissNoneDeclined] = specMissNoneBy_[2];
+  slots_[kQueueSpecMissNoneThrottled] = specMissNoneBy_[3];
   if (n == 0) return;
   std::memcpy(slots_ + kFreeQueueHeader, queue_.data(), take * sizeof(double));
   slots_[kQueueFrees] = static_cast<double>(take / 3);

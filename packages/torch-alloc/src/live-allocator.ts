@@ -37,6 +37,10 @@ import {
   QUEUE_SPEC_HITS,
   QUEUE_SPEC_MISS_BEHIND,
   QUEUE_SPEC_MISS_NONE_AFTER_FREE,
+  QUEUE_SPEC_MISS_NONE_DECLINED,
+  QUEUE_SPEC_MISS_NONE_LATE,
+  QUEUE_SPEC_MISS_NONE_THROTTLED,
+  QUEUE_SPEC_MISS_NONE_UNFORESEEN,
   QUEUE_SPEC_MISS_NONE,
   QUEUE_SPEC_MISS_OTHER,
   QUEUE_SPECULATIONS,
@@ -509,6 +513,12 @@ export class LiveAllocator {
         behind: this.nativeCounts?.[QUEUE_SPEC_MISS_BEHIND] ?? 0,
         // of none: a free came since the allocation before (not back to back: GMLAKE_AHEAD's chains cannot cover them)
         none_after_free: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_AFTER_FREE] ?? 0,
+        // of none, by what the JS thread last found (these four add up to none): not looked yet since the engine
+        // changed or the last answer was taken, nothing foreseen, the policy's peek had none, the throttle passed
+        none_late: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_LATE] ?? 0,
+        none_unforeseen: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_UNFORESEEN] ?? 0,
+        none_declined: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_DECLINED] ?? 0,
+        none_throttled: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_THROTTLED] ?? 0,
       },
       // GMLAKE_AHEAD: allocations the engine made ahead so that the answer after them could be worked out, and those undone (not taken)
       num_made_ahead: this.aheadCounts.made,

@@ -212,6 +212,34 @@ void MissReasons() {
   Check(off.Slot(kQueueSpecMissNone) == 0, "the foresight off: no miss counted");
 }
 
+// kQueueSpecMissNone's parts: each allocation that finds none is counted by what the JS thread
+// last said it found since the engine changed; before it looks, and once the last answer is
+// taken, that is "late".
+void NoneByWhy() {
+  using W = FreeQueue::NoAnswer;
+  Queue t(false, 6);
+  auto by = [&] {
+    return std::vector<double>{t.Slot(kQueueSpecMissNoneLate), t.Slot(kQueueSpecMissNoneUnforeseen),
+                               t.Slot(kQueueSpecMissNoneDeclined), t.Slot(kQueueSpecMissNoneThrottled)};
+  };
+  Check(t.Alloc(MiB) == 0 && by() == std::vector<double>{1, 0, 0, 0}, "before the JS thread looked: late");
+  t.q.Unanswered(W::kUnforeseen);
+  Check(t.Alloc(MiB) == 0 && t.Alloc(MiB) == 0 && by() == std::vector<double>{1, 2, 0, 0},
+        "it foresaw nothing: both after it unforeseen (no hand-over between them)");
+  t.q.Unanswered(W::kDeclined);
+  Check(t.Alloc(MiB) == 0 && by() == std::vector<double>{1, 2, 1, 0}, "the policy's peek had none: declined");
+  t.q.Unanswered(W::kThrottled);
+  t.q.HandOver(false);
+  Check(t.Alloc(MiB) == 0 && by() == std::vector<double>{2, 2, 1, 0}, "the engine changed since it looked: late again");
+  t.q.Unanswered(W::kThrottled);
+  Check(t.Alloc(MiB) == 0 && by() == std::vector<double>{2, 2, 1, 1}, "the throttle passed the chance up: throttled");
+  t.q.Foresee(2 * MiB, 0, 0x8000);
+  t.q.Unanswered(W::kDeclined);  // ignored: an answer stands
+  Check(t.Alloc(2 * MiB) == 0x8000 && t.Alloc(2 * MiB) == 0 && by() == std::vector<double>{3, 2, 1, 1},
+        "after the answer was taken: late, not what was said while it stood");
+  Check(t.Slot(kQueueSpecMissNone) == 7, "the four parts add up to none (7)");
+}
+
 void Chain() {
   Queue t(false, 6);
   t.q.Foresee(MiB, 0, 0x1000);
@@ -308,6 +336,7 @@ int main() {
   EngineDecides();
   WithForesight();
   MissReasons();
+  NoneByWhy();
   Chain();
   Pending();
   ScanAndClose();

@@ -448,10 +448,23 @@ describe("the bridge", () => {
     q[14] = 2;
     q[15] = 1;
     q[16] = 3; // of none, after a free
+    q[18] = 1; // of none, by what the JS thread last found: not looked yet, nothing foreseen, peek declined, throttled
+    q[19] = 2;
+    q[20] = 1;
+    q[21] = 0;
     const st = JSON.parse(b.text(TEXT_STATS, "")) as Record<string, number> & { num_speculation_misses: Record<string, number> };
     expect([st.front_cache_entries, st.num_front_cache_hits, st.front_cache_hit_bytes, st.num_front_cache_passes, st.live_blocks]).toEqual([32, 5, 5 * MiB, 2, 1]);
     expect([st.num_free_drains, st.num_drained_frees, st.num_speculations, st.num_speculation_hits]).toEqual([3, 7, 11, 9]);
-    expect(st.num_speculation_misses).toEqual({ none: 4, other: 2, behind: 1, none_after_free: 3 });
+    expect(st.num_speculation_misses).toEqual({
+      none: 4,
+      other: 2,
+      behind: 1,
+      none_after_free: 3,
+      none_late: 1,
+      none_unforeseen: 2,
+      none_declined: 1,
+      none_throttled: 0,
+    });
     expect(JSON.parse(b.text(TEXT_CLOSE, "")).liveBlocksFreed).toBe(1);
   });
 
