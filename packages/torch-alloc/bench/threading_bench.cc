@@ -225,15 +225,16 @@ double StatOf(const std::string& json, const char* key, size_t from = 0) {
 }
 
 // Answers taken and missed so far, and made, and how long frees wait for a drain now:
-// {hits, none, other, behind, made, drain_wait_us}.
+// {hits, none, other, behind, made, drain_wait_us, and none's parts: late, unforeseen, declined, throttled}.
 std::vector<double> AnswerCounts() {
   char* t = text(1 /* kTextStats */, "");
   std::string json = t ? t : "";
   std::free(t);
   size_t misses = json.find("\"num_speculation_misses\":");
-  if (misses == std::string::npos) return {0, 0, 0, 0, 0, StatOf(json, "drain_wait_us")};
+  if (misses == std::string::npos) return {0, 0, 0, 0, 0, StatOf(json, "drain_wait_us"), 0, 0, 0, 0};
   return {StatOf(json, "num_speculation_hits"), StatOf(json, "none", misses), StatOf(json, "other", misses), StatOf(json, "behind", misses),
-          StatOf(json, "num_speculations"), StatOf(json, "drain_wait_us")};
+          StatOf(json, "num_speculations"), StatOf(json, "drain_wait_us"), StatOf(json, "none_late", misses),
+          StatOf(json, "none_unforeseen", misses), StatOf(json, "none_declined", misses), StatOf(json, "none_throttled", misses)};
 }
 
 // The caller's own work: a spin, as kernel launches are.
@@ -283,11 +284,12 @@ std::string Bursts(int calls, int k, double gapUs, bool fromStart = false, doubl
   }
   for (auto& l : live) freeFn(l.first, l.second, 0, nullptr);
   std::vector<double> after = AnswerCounts();
-  char buf[360];
+  auto per = [&](int i) { return (after[i] - before[i]) / n; };
+  char buf[512];
   std::snprintf(buf, sizeof buf,
-                "{\"k\":%d,\"gap_us\":%.0f,\"free_gap_us\":%.1f,\"alloc_us\":%.3f,\"answers_made\":%.3f,\"answered_ahead\":%.3f,\"missed\":{\"none\":%.3f,\"other\":%.3f,\"behind\":%.3f},\"drain_wait_us\":%g}",
-                k, gapUs, freeGapUs, sum / n, (after[4] - before[4]) / n, (after[0] - before[0]) / n, (after[1] - before[1]) / n, (after[2] - before[2]) / n,
-                (after[3] - before[3]) / n, after[5]);
+                "{\"k\":%d,\"gap_us\":%.0f,\"free_gap_us\":%.1f,\"alloc_us\":%.3f,\"answers_made\":%.3f,\"answered_ahead\":%.3f,\"missed\":{\"none\":%.3f,\"other\":%.3f,\"behind\":%.3f,"
+                "\"none_late\":%.3f,\"none_unforeseen\":%.3f,\"none_declined\":%.3f,\"none_throttled\":%.3f},\"drain_wait_us\":%g}",
+                k, gapUs, freeGapUs, sum / n, per(4), per(0), per(1), per(2), per(3), per(6), per(7), per(8), per(9), after[5]);
   return buf;
 }
 
