@@ -51,7 +51,7 @@ import step_time as st
 REFS = ("pytorch", "pytorch-expandable")
 DEFAULT_COMPARE = "ours:vms/pytorch-expandable ours:vms/pytorch ours:caching/pytorch"
 # the parts of a `none` miss, by what the JS thread last found (num_speculation_misses' none_*)
-NONE_PARTS = ("late", "unforeseen", "declined", "throttled")
+NONE_PARTS = ("late", "after_answer", "unforeseen", "declined", "throttled")
 
 
 def route_of(k):

@@ -16,7 +16,8 @@
 //              to back, the K oldest of the 2K live freed, then G us of the caller's own work (a
 //              spin, as kernel launches): mean us per alloc, and with one JS thread how its answers
 //              worked out ahead went (stats(): taken, missed by why) for K x G in 1 x 5, 4 x 20,
-//              4 x 5, 4 x 2, 4 x 0; burst_after_hot: 1 x 5 again after the hot loops, from its
+//              4 x 5, 4 x 2, 4 x 0, then 4 x 5 with S us of work after each allocation (S = 1, 2,
+//              4, 8: spacing_us); burst_after_hot: 1 x 5 again after the hot loops, from its
 //              first allocation (how soon the throttle lets answers come back)
 //   js_pair    the same loop run inside the embedded Node (gmlake_bench_js_pairs): the
 //              JS engine's work alone, mean ns per pair
@@ -225,16 +226,17 @@ double StatOf(const std::string& json, const char* key, size_t from = 0) {
 }
 
 // Answers taken and missed so far, and made, and how long frees wait for a drain now:
-// {hits, none, other, behind, made, drain_wait_us, and none's parts: late, unforeseen, declined, throttled}.
+// {hits, none, other, behind, made, drain_wait_us, and none's parts: late, unforeseen, declined, throttled, after_answer}.
 std::vector<double> AnswerCounts() {
   char* t = text(1 /* kTextStats */, "");
   std::string json = t ? t : "";
   std::free(t);
   size_t misses = json.find("\"num_speculation_misses\":");
-  if (misses == std::string::npos) return {0, 0, 0, 0, 0, StatOf(json, "drain_wait_us"), 0, 0, 0, 0};
+  if (misses == std::string::npos) return {0, 0, 0, 0, 0, StatOf(json, "drain_wait_us"), 0, 0, 0, 0, 0};
   return {StatOf(json, "num_speculation_hits"), StatOf(json, "none", misses), StatOf(json, "other", misses), StatOf(json, "behind", misses),
           StatOf(json, "num_speculations"), StatOf(json, "drain_wait_us"), StatOf(json, "none_late", misses),
-          StatOf(json, "none_unforeseen", misses), StatOf(json, "none_declined", misses), StatOf(json, "none_throttled", misses)};
+          StatOf(json, "none_unforeseen", misses), StatOf(json, "none_declined", misses), StatOf(json, "none_throttled", misses),
+          StatOf(json, "none_after_answer", misses)};
 }
 
 // The caller's own work: a spin, as kernel launches are.
@@ -247,7 +249,9 @@ void Spin(double us) {
 // counted after a tenth of `calls` (`fromStart`: from the first, to see how soon answers come back).
 // `freeGapUs` >= 0: the work comes between the allocations and the frees instead, and the next
 // allocations `freeGapUs` after the frees (a temporary dropped, then the next op's output).
-std::string Bursts(int calls, int k, double gapUs, bool fromStart = false, double freeGapUs = -1) {
+// `spacingUs` > 0: that much of the caller's work after each allocation of a burst (a kernel
+// launched between one output's allocation and the next), only the allocations timed.
+std::string Bursts(int calls, int k, double gapUs, bool fromStart = false, double freeGapUs = -1, double spacingUs = 0) {
   MakeCurrent();
   std::vector<size_t> cycle(24);
   for (size_t i = 0; i < cycle.size(); ++i) cycle[i] = size_t(512) << ((i * 7) % 15);  // 512 B .. 8 MiB
@@ -259,17 +263,19 @@ std::string Bursts(int calls, int k, double gapUs, bool fromStart = false, doubl
   const int warm = fromStart ? 0 : calls / 10;
   for (int i = 0; n < calls; ++i) {
     if (i == warm) before = AnswerCounts();
-    auto t0 = std::chrono::steady_clock::now();
+    double took = 0;
     for (int j = 0; j < k; ++j) {
       size_t size = cycle[next++ % cycle.size()];
       void* p = nullptr;
+      auto t0 = std::chrono::steady_clock::now();
       if (tryAlloc(size, 0, nullptr, &p) != 0) {
         std::fprintf(stderr, "alloc failed: %s\n", lastError());
         std::exit(1);
       }
+      took += Us(t0, std::chrono::steady_clock::now());
+      if (spacingUs > 0) Spin(spacingUs);
       live.push_back({p, size});
     }
-    auto t1 = std::chrono::steady_clock::now();
     const bool freeLast = freeGapUs >= 0;
     if (freeLast) Spin(gapUs);
     if (live.size() >= size_t(2 * k)) {
@@ -278,7 +284,7 @@ std::string Bursts(int calls, int k, double gapUs, bool fromStart = false, doubl
     }
     Spin(freeLast ? freeGapUs : gapUs);
     if (i >= warm) {
-      sum += Us(t0, t1);
+      sum += took;
       n += k;
     }
   }
@@ -287,9 +293,9 @@ std::string Bursts(int calls, int k, double gapUs, bool fromStart = false, doubl
   auto per = [&](int i) { return (after[i] - before[i]) / n; };
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "{\"k\":%d,\"gap_us\":%.0f,\"free_gap_us\":%.1f,\"alloc_us\":%.3f,\"answers_made\":%.3f,\"answered_ahead\":%.3f,\"missed\":{\"none\":%.3f,\"other\":%.3f,\"behind\":%.3f,"
-                "\"none_late\":%.3f,\"none_unforeseen\":%.3f,\"none_declined\":%.3f,\"none_throttled\":%.3f},\"drain_wait_us\":%g}",
-                k, gapUs, freeGapUs, sum / n, per(4), per(0), per(1), per(2), per(3), per(6), per(7), per(8), per(9), after[5]);
+                "{\"k\":%d,\"gap_us\":%.0f,\"free_gap_us\":%.1f,\"spacing_us\":%g,\"alloc_us\":%.3f,\"answers_made\":%.3f,\"answered_ahead\":%.3f,\"missed\":{\"none\":%.3f,\"other\":%.3f,\"behind\":%.3f,"
+                "\"none_late\":%.3f,\"none_after_answer\":%.3f,\"none_unforeseen\":%.3f,\"none_declined\":%.3f,\"none_throttled\":%.3f},\"drain_wait_us\":%g}",
+                k, gapUs, freeGapUs, spacingUs, sum / n, per(4), per(0), per(1), per(2), per(3), per(6), per(10), per(7), per(8), per(9), after[5]);
   return buf;
 }
 
@@ -428,6 +434,8 @@ int main(int argc, char** argv) {
     burst += (burst.empty() ? "" : ",") + Bursts(calls, k, gap);
   // an allocation, 5 us of work, a free, and the next allocation F us after it
   for (double f : {0.0, 0.5, 1.0, 2.0, 4.0}) burst += "," + Bursts(calls, 1, 5, false, f);
+  // 4 allocations S us apart (the caller's work between them), then 5 us
+  for (double s : {1.0, 2.0, 4.0, 8.0}) burst += "," + Bursts(calls, 4, 5, false, -1, s);
   RunThreads(1, [&](int id, std::vector<double>* v) { PairThread(id, calls / 10 + 1, v); });  // warm-up
   Summary a1 = RunThreads(1, [&](int id, std::vector<double>* v) { PairThread(id, calls, v); });
   Summary an = RunThreads(threads, [&](int id, std::vector<double>* v) { PairThread(id, calls, v); });

@@ -67,13 +67,14 @@ enum GmlakeQueueSlot {
   kQueueSpecMissBehind = 15,   // one for this request, but frees were queued after it was worked out
   kQueueSpecMissNoneAfterFree = 16,  // of kQueueSpecMissNone: a free came since the allocation before it (not a burst's)
   kQueueDrainWaitUs = 17,      // how long queued frees wait for the JS thread's drain now (GMLAKE_DRAIN_US; -1: no drains)
-  // Of kQueueSpecMissNone, by what the JS thread last found (the four add up to it):
-  kQueueSpecMissNoneLate = 18,        // nothing yet: it had not looked since the engine last changed or the last answer was taken
+  // Of kQueueSpecMissNone, by what the JS thread last found (the five add up to it):
+  kQueueSpecMissNoneLate = 18,        // nothing yet: it had not looked since the engine last changed
   kQueueSpecMissNoneUnforeseen = 19,  // the foresight knew no allocation after the last ones
   kQueueSpecMissNoneDeclined = 20,    // the policy's peek had no answer (it would grow, or the foreseen size fits nothing free)
   kQueueSpecMissNoneThrottled = 21,   // the peek throttle passed the chance up (few answers were being taken)
+  kQueueSpecMissNoneAfterAnswer = 22, // nothing yet: the allocation before took the last answer standing
 };
-constexpr int kFreeQueueHeader = 22;
+constexpr int kFreeQueueHeader = 23;
 constexpr int kFreeQueueLength = kFreeQueueHeader + 3 * (kFreeQueueSlots + kFrontCacheMaxEntries);
 
 // Statuses below 0 returned by the operations.

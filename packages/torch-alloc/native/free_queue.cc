@@ -134,6 +134,7 @@ bool FreeQueue::TakeAlloc(double size, double device, double stream, double* add
     specMiss_[0] += 1;
     if (afterFree) specMissNoneAfterFree_ += 1;
     specMissNoneBy_[static_cast<int>(noAnswer_)] += 1;
+    if (noAnswer_ == NoAnswer::kAfterAnswer) noAnswer_ = NoAnswer::kLate;  // the next follows this one's call
     return false;
   }
   const Spec& s = chain_[chainHead_];
@@ -145,7 +146,7 @@ bool FreeQueue::TakeAlloc(double size, double device, double stream, double* add
     if (chainHead_ > 0) aheadTaken_ += 1;
     chainHead_++;
     chainTaken_++;
-    if (chainHead_ >= chainLen_) noAnswer_ = NoAnswer::kLate;  // the next is for the JS thread to work out
+    if (chainHead_ >= chainLen_) noAnswer_ = NoAnswer::kAfterAnswer;  // the next is for the JS thread to work out
     specHits_ += 1;
     QueueLocked(s.addr, -size, stream);
     if (takeBack_.load(std::memory_order_relaxed)) AllocatedLocked(s.addr, size, stream);
@@ -273,7 +274,8 @@ void FreeQueue::HandOver(bool draining, bool extending) {
   // thread's kOpMakeAhead or drain, handed only the allocations that took them, changes nothing
   // else, and they all still do (the bridge keeps its side of the chain likewise).
   if (!extending || n != 3 * chainTaken_) chainLen_ = chainHead_ = 0;
-  if (chainHead_ >= chainLen_) noAnswer_ = NoAnswer::kLate;
+  // (what the JS thread said no longer holds; that the allocation before took an answer does)
+  if (chainHead_ >= chainLen_ && noAnswer_ != NoAnswer::kAfterAnswer) noAnswer_ = NoAnswer::kLate;
   chainTaken_ = 0;
   if (draining && take > 0) {
     drains_ += 1;
@@ -312,6 +314,7 @@ void FreeQueue::HandOver(bool draining, bool extending) {
   slots_[kQueueSpecMissNoneUnforeseen] = specMissNoneBy_[1];
   slots_[kQueueSpecMissNoneDeclined] = specMissNoneBy_[2];
   slots_[kQueueSpecMissNoneThrottled] = specMissNoneBy_[3];
+  slots_[kQueueSpecMissNoneAfterAnswer] = specMissNoneBy_[4];
   if (n == 0) return;
   std::memcpy(slots_ + kFreeQueueHeader, queue_.data(), take * sizeof(double));
   slots_[kQueueFrees] = static_cast<double>(take / 3);
@@ -341,6 +344,7 @@ bool FreeQueue::Foresee(double size, double stream, double address, int index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (index != 0 && (index != chainLen_ || index >= kAheadMax)) return false;
   if (index == 0) chainHead_ = 0;
+  noAnswer_ = NoAnswer::kLate;  // an answer stands: whatever was said before is void
   chain_[index] = {size, stream, address};
   chainLen_ = index + 1;
   speculations_ += 1;

@@ -111,8 +111,9 @@ class FreeQueue {
   // where the chain is not that long any more).
   bool Foresee(double size, double stream, double address, int index = 0);
   // Why no answer stands after the JS thread looked (kQueueSpecMissNone's parts): an allocation
-  // that finds none is counted by the last one said since the engine changed.
-  enum class NoAnswer { kLate = 0, kUnforeseen = 1, kDeclined = 2, kThrottled = 3 };
+  // that finds none is counted by the last one said since the engine changed, else as after an
+  // answer (the allocation before took the last one standing) or late.
+  enum class NoAnswer { kLate = 0, kUnforeseen = 1, kDeclined = 2, kThrottled = 3, kAfterAnswer = 4 };
   void Unanswered(NoAnswer why) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (chainHead_ >= chainLen_) noAnswer_ = why;
@@ -188,7 +189,7 @@ class FreeQueue {
   double aheadMade_ = 0, aheadTaken_ = 0;  // of them, the answers after a chain's first
   double specMiss_[3] = {0, 0, 0};  // allocations that took none: none standing, another request, frees behind it
   double specMissNoneAfterFree_ = 0;  // of none standing: a free came since the allocation before
-  double specMissNoneBy_[4] = {0, 0, 0, 0};  // of none standing, by NoAnswer
+  double specMissNoneBy_[5] = {0, 0, 0, 0, 0};  // of none standing, by NoAnswer
   NoAnswer noAnswer_ = NoAnswer::kLate;       // what the JS thread last found since the engine changed
   // The queue's length for the JS thread's spin loop, on a line of its own.
   alignas(64) std::atomic<uint32_t> pending_{0};

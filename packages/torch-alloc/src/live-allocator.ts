@@ -36,6 +36,7 @@ import {
   QUEUE_SPEC_CONTEXT,
   QUEUE_SPEC_HITS,
   QUEUE_SPEC_MISS_BEHIND,
+  QUEUE_SPEC_MISS_NONE_AFTER_ANSWER,
   QUEUE_SPEC_MISS_NONE_AFTER_FREE,
   QUEUE_SPEC_MISS_NONE_DECLINED,
   QUEUE_SPEC_MISS_NONE_LATE,
@@ -513,12 +514,14 @@ export class LiveAllocator {
         behind: this.nativeCounts?.[QUEUE_SPEC_MISS_BEHIND] ?? 0,
         // of none: a free came since the allocation before (not back to back: GMLAKE_AHEAD's chains cannot cover them)
         none_after_free: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_AFTER_FREE] ?? 0,
-        // of none, by what the JS thread last found (these four add up to none): not looked yet since the engine
-        // changed or the last answer was taken, nothing foreseen, the policy's peek had none, the throttle passed
+        // of none, by what the JS thread last found (these five add up to none): not looked yet since the engine
+        // changed, nothing foreseen, the policy's peek had none, the throttle passed, not looked yet since the
+        // allocation before took the last answer
         none_late: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_LATE] ?? 0,
         none_unforeseen: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_UNFORESEEN] ?? 0,
         none_declined: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_DECLINED] ?? 0,
         none_throttled: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_THROTTLED] ?? 0,
+        none_after_answer: this.nativeCounts?.[QUEUE_SPEC_MISS_NONE_AFTER_ANSWER] ?? 0,
       },
       // GMLAKE_AHEAD: allocations the engine made ahead so that the answer after them could be worked out, and those undone (not taken)
       num_made_ahead: this.aheadCounts.made,

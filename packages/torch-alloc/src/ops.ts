@@ -65,7 +65,7 @@ export const FRONT_CACHE_MAX_ENTRIES = 256;
  * The free queue's header, its slots QUEUE_* below. An entry with a negative size is an
  * allocation a caller took from a foreseen answer: the engine makes it, at that address.
  */
-export const FREE_QUEUE_HEADER = 22;
+export const FREE_QUEUE_HEADER = 23;
 /** The header's slots by name (contract.h GmlakeQueueSlot). */
 export const QUEUE_FREES = 0;
 export const QUEUE_FREE_ERRORS = 1;
@@ -92,13 +92,15 @@ export const QUEUE_SPEC_MISS_BEHIND = 15;
 export const QUEUE_SPEC_MISS_NONE_AFTER_FREE = 16;
 /** How long queued frees wait for the JS thread's drain now, in us (GMLAKE_DRAIN_US; auto: as learned); -1: no drains. */
 export const QUEUE_DRAIN_WAIT_US = 17;
-/** Of QUEUE_SPEC_MISS_NONE, by what the JS thread last found (the four add up to it): nothing yet (it had not looked since the engine last changed or the last answer was taken), */
+/** Of QUEUE_SPEC_MISS_NONE, by what the JS thread last found (the five add up to it): nothing yet (it had not looked since the engine last changed), */
 export const QUEUE_SPEC_MISS_NONE_LATE = 18;
 /** no allocation foreseen after the last ones, */
 export const QUEUE_SPEC_MISS_NONE_UNFORESEEN = 19;
 /** the policy's peek had no answer (it would grow, or nothing free fits), */
 export const QUEUE_SPEC_MISS_NONE_DECLINED = 20;
-/** the peek throttle passed the chance up. */
+/** the peek throttle passed the chance up, */
 export const QUEUE_SPEC_MISS_NONE_THROTTLED = 21;
+/** nothing yet: the allocation before took the last answer standing. */
+export const QUEUE_SPEC_MISS_NONE_AFTER_ANSWER = 22;
 /** The free queue's Float64Array: the header, then (address, size, stream) for the queue and a whole front cache given back. */
 export const FREE_QUEUE_LENGTH = FREE_QUEUE_HEADER + 3 * (FREE_QUEUE_SLOTS + FRONT_CACHE_MAX_ENTRIES);

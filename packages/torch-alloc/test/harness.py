@@ -412,7 +412,7 @@ def _stress(policy, threading_design, ops_per_thread=3000, threads=3, knobs=None
     misses = m["none"] + m["other"] + m["behind"]  # none_after_free is a part of none
     if not 0 <= m["none_after_free"] <= m["none"]:
         return f"misses {m}: more of none after a free than none"
-    if m["none_late"] + m["none_unforeseen"] + m["none_declined"] + m["none_throttled"] != m["none"]:
+    if m["none_late"] + m["none_unforeseen"] + m["none_declined"] + m["none_throttled"] + m["none_after_answer"] != m["none"]:
         return f"misses {m}: none's parts by what the JS thread found do not add up to none"
     if expect and capacity_bytes is None and stats["num_speculation_hits"] + misses + takebacks != counts["allocs"]:
         return f"{stats['num_speculation_hits']} answers taken, {misses} misses ({stats['num_speculation_misses']}), {takebacks} taken back for {counts['allocs']} allocs"
