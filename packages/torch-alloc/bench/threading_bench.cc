@@ -14,7 +14,8 @@
 //              first takes the queued free back (free_queue.h)
 //   burst      allocations in bursts, as a compiled step makes them: K of a cycle of 24 sizes back
 //              to back, the K oldest of the 2K live freed, then G us of the caller's own work (a
-//              spin, as kernel launches): mean us per alloc, and with one JS thread how its answers
+//              spin, as kernel launches): mean us per alloc (and its median, p99, max: a mean far
+//              above the median is the scheduler, not the engine), and with one JS thread how its answers
 //              worked out ahead went (stats(): taken, missed by why) for K x G in 1 x 5, 4 x 20,
 //              4 x 5, 4 x 2, 4 x 0, then 4 x 5 with S us of work after each allocation (S = 1, 2,
 //              4, 8: spacing_us); burst_after_hot: 1 x 5 again after the hot loops, from its
@@ -259,7 +260,7 @@ std::string Bursts(int calls, int k, double gapUs, bool fromStart = false, doubl
   size_t next = 0;
   double sum = 0;
   int n = 0;
-  std::vector<double> before;
+  std::vector<double> before, each;  // each: every counted allocation's time
   const int warm = fromStart ? 0 : calls / 10;
   for (int i = 0; n < calls; ++i) {
     if (i == warm) before = AnswerCounts();
@@ -272,7 +273,9 @@ std::string Bursts(int calls, int k, double gapUs, bool fromStart = false, doubl
         std::fprintf(stderr, "alloc failed: %s\n", lastError());
         std::exit(1);
       }
-      took += Us(t0, std::chrono::steady_clock::now());
+      const double us = Us(t0, std::chrono::steady_clock::now());
+      took += us;
+      if (i >= warm) each.push_back(us);
       if (spacingUs > 0) Spin(spacingUs);
       live.push_back({p, size});
     }
@@ -291,11 +294,12 @@ std::string Bursts(int calls, int k, double gapUs, bool fromStart = false, doubl
   for (auto& l : live) freeFn(l.first, l.second, 0, nullptr);
   std::vector<double> after = AnswerCounts();
   auto per = [&](int i) { return (after[i] - before[i]) / n; };
+  Summary s = Summarize(each);
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "{\"k\":%d,\"gap_us\":%.0f,\"free_gap_us\":%.1f,\"spacing_us\":%g,\"alloc_us\":%.3f,\"answers_made\":%.3f,\"answered_ahead\":%.3f,\"missed\":{\"none\":%.3f,\"other\":%.3f,\"behind\":%.3f,"
+                "{\"k\":%d,\"gap_us\":%.0f,\"free_gap_us\":%.1f,\"spacing_us\":%g,\"alloc_us\":%.3f,\"median_us\":%.3f,\"p99_us\":%.3f,\"max_us\":%.1f,\"answers_made\":%.3f,\"answered_ahead\":%.3f,\"missed\":{\"none\":%.3f,\"other\":%.3f,\"behind\":%.3f,"
                 "\"none_late\":%.3f,\"none_after_answer\":%.3f,\"none_unforeseen\":%.3f,\"none_declined\":%.3f,\"none_throttled\":%.3f},\"drain_wait_us\":%g}",
-                k, gapUs, freeGapUs, spacingUs, sum / n, per(4), per(0), per(1), per(2), per(3), per(6), per(10), per(7), per(8), per(9), after[5]);
+                k, gapUs, freeGapUs, spacingUs, sum / n, s.median, s.p99, each.back(), per(4), per(0), per(1), per(2), per(3), per(6), per(10), per(7), per(8), per(9), after[5]);
   return buf;
 }
 
