@@ -9,8 +9,10 @@ usage: python3 alternate_steps.py [--workloads W,...] [--compare "A/REF ..."] [-
        python3 alternate_steps.py report RESULT.json [RESULT.json ...] [--out DIR]   (merges calls)
 
   workloads  step_time.py's (live_workloads.py's and gpt2_124m_compile); default gpt2_ft
-  compare    what to alternate: ours:POLICY[,k=v...] / PyTorch's allocator (pytorch or
-             pytorch-expandable), space-separated; default
+  compare    what to alternate: ours:POLICY[,k=v...][@baseline] / PyTorch's allocator (pytorch or
+             pytorch-expandable), space-separated (@baseline: ours at the revision bundle.sh
+             --live --baseline REV packed, in processes of its own, so a change is measured
+             against what it changes in the same call); default
              "ours:vms/pytorch-expandable ours:vms/pytorch ours:caching/pytorch"
   procs      fresh processes per workload and comparison (default 2), the comparisons' order
              rotated by one each time; pairs: per process (default 20); warmup: the first pairs
@@ -68,9 +70,10 @@ def parse_compare(text):
     out = []
     for item in text.split():
         a, slash, ref = item.rpartition("/")
-        if not slash or not a.startswith("ours:") or len(a) <= 5 or "@" in a or ref not in REFS:
-            raise st.Bad(f"--compare {item!r}: ours:POLICY[,k=v...]/REF, REF one of {', '.join(REFS)} "
-                         "(ours runs as its own CUDAAllocator: no @)")
+        base, at, tail = a.partition("@")
+        if not slash or not base.startswith("ours:") or len(base) <= 5 or (at and tail != "baseline") or ref not in REFS:
+            raise st.Bad(f"--compare {item!r}: ours:POLICY[,k=v...][@baseline]/REF, REF one of {', '.join(REFS)} "
+                         "(ours runs as its own CUDAAllocator: no @native or @pluggable)")
         out.append((a, ref))
     if not out:
         raise st.Bad("--compare needs at least one ours:POLICY/REF")
@@ -203,7 +206,8 @@ def main_run(args):
     deadline = time.monotonic() + args.time_limit
     doc = {"settings": {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "workloads": workloads,
                         "compare": [f"{a}/{ref}" for a, ref in compare], "procs": args.procs, "pairs": args.pairs,
-                        "warmup": args.warmup, "time_limit_s": args.time_limit, "pin": args.pin},
+                        "warmup": args.warmup, "time_limit_s": args.time_limit, "pin": args.pin,
+                        "baseline_rev": os.environ.get("GMLAKE_BASELINE_REV")},
            "runs": [], "summary": [], "skipped": []}
     seen = {}
 

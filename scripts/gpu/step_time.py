@@ -14,8 +14,10 @@ usage: python3 step_time.py [--workloads W,...] [--allocators A,...] [--rounds N
              qwen_lora_bigvocab, gpt2_offload, moe_ft, gpt2_microbatch) and gpt2_124m_compile
              (a GPT-2 124M shape, batch 8 x 1024 tokens, bf16 autocast, AdamW, torch.compile in its
              default mode; its compilation falls in the first steps); default: all of them
-  allocators pytorch, pytorch-expandable, ours:POLICY[,k=v...][@native|@pluggable] (@: how PyTorch
-             reaches the engine, GMLAKE_INTERFACE); default pytorch,pytorch-expandable,ours:vms,ours:caching
+  allocators pytorch, pytorch-expandable, ours:POLICY[,k=v...][@native|@pluggable|@baseline] (@: how
+             PyTorch reaches the engine, GMLAKE_INTERFACE; @baseline: ours at the revision that
+             bundle.sh --live --baseline REV packed, $GMLAKE_BASELINE_LIB);
+             default pytorch,pytorch-expandable,ours:vms,ours:caching
   rounds     default 5; each round runs every allocator once per workload, in an order rotated
              by one each round (round r starts at the r-th), so no allocator always runs first
   steps      default 24 per run; warmup default 3: the mean is over the steps after them
@@ -218,9 +220,16 @@ def parse_allocator(spec):
     """(live_workloads.py's --allocator, extra environment)."""
     base, at, interface = spec.partition("@")
     if base not in REFS and not (base.startswith("ours:") and len(base) > 5):
-        raise Bad(f"unknown allocator {spec!r} (pytorch, pytorch-expandable, ours:POLICY[,k=v...][@native|@pluggable])")
-    if at and (not base.startswith("ours:") or interface not in ("native", "pluggable")):
-        raise Bad(f"allocator {spec!r}: @native or @pluggable, and only after ours:POLICY")
+        raise Bad(f"unknown allocator {spec!r} (pytorch, pytorch-expandable, ours:POLICY[,k=v...][@native|@pluggable|@baseline])")
+    if at and (not base.startswith("ours:") or interface not in ("native", "pluggable", "baseline")):
+        raise Bad(f"allocator {spec!r}: @native, @pluggable or @baseline, and only after ours:POLICY")
+    if interface == "baseline":
+        # the library finds its JS beside itself: the baseline's library is the baseline's engine
+        lib = os.environ.get("GMLAKE_BASELINE_LIB", "")
+        if not os.path.isfile(lib):
+            raise Bad(f"allocator {spec!r}: no baseline library (GMLAKE_BASELINE_LIB={lib!r}): "
+                      "bash scripts/gpu/bundle.sh --live --baseline REV here, and carry .gpu")
+        return base, {"GMLAKE_TORCH_ALLOC_LIB": lib}
     return base, ({"GMLAKE_INTERFACE": interface} if at else {})
 
 

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import textwrap
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -991,6 +992,7 @@ PY
 fi
 if [ "$1" = -m ] && [ "$2" = gmlake_torch ] && [ "$3" = build-cuda-allocator ]; then
   if [ -n "${FAKE_BUILD_FAIL:-}" ]; then echo "gmlake: building the native CUDAAllocator failed: x.cc:1: error: nope" >&2; exit 2; fi
+  if [ -n "${FAKE_BUILD_LOG:-}" ]; then echo "build ${GMLAKE_TORCH_ALLOC_LIB:-default}" >>"$FAKE_BUILD_LOG"; fi
   echo built; exit 0
 fi
 exec python3 "$@"
@@ -1318,6 +1320,7 @@ PY
 fi
 if [ "$1" = -m ] && [ "$2" = gmlake_torch ] && [ "$3" = build-cuda-allocator ]; then
   if [ -n "${FAKE_BUILD_FAIL:-}" ]; then echo "gmlake: building the native CUDAAllocator failed: x.cc:1: error: nope" >&2; exit 2; fi
+  if [ -n "${FAKE_BUILD_LOG:-}" ]; then echo "build ${GMLAKE_TORCH_ALLOC_LIB:-default}" >>"$FAKE_BUILD_LOG"; fi
   echo built; exit 0
 fi
 exec python3 "$@"
@@ -1346,11 +1349,27 @@ class AlternateSteps(unittest.TestCase):
         self.assertEqual(alternate_steps.parse_compare("ours:vms/pytorch-expandable  ours:caching,k=v/pytorch"),
                          [("ours:vms", "pytorch-expandable"), ("ours:caching,k=v", "pytorch")])
         # not ours (or no policy), ours@INTERFACE (it is always the native class here), a REF that is not PyTorch's, no REF
+        self.assertEqual(alternate_steps.parse_compare("ours:vms@baseline/pytorch ours:vms/pytorch"),
+                         [("ours:vms@baseline", "pytorch"), ("ours:vms", "pytorch")])
         for bad in ("pytorch/pytorch", "ours:/pytorch", "ours:vms@native/pytorch", "ours:vms/jemalloc", "ours:vms/ours:caching",
-                    "ours:vms", "ours:vms/pytorch pytorch/ours:vms"):
+                    "ours:vms", "ours:vms/pytorch pytorch/ours:vms", "ours:@baseline/pytorch", "ours:vms@baselines/pytorch"):
             with self.assertRaises(step_time.Bad, msg=bad) as c:
                 alternate_steps.parse_compare(bad)
-            self.assertIn("ours:POLICY[,k=v...]/REF", str(c.exception))
+            self.assertIn("ours:POLICY[,k=v...][@baseline]/REF", str(c.exception))
+
+    def test_baseline_runs_the_bundled_library(self):
+        with tempfile.TemporaryDirectory() as d:
+            lib = os.path.join(d, "libgmlake_torch_alloc.so")
+            with mock.patch.dict(os.environ, {"GMLAKE_BASELINE_LIB": lib}):
+                with self.assertRaisesRegex(step_time.Bad, r"no baseline library .*bundle.sh --live --baseline REV"):
+                    step_time.parse_allocator("ours:vms@baseline")
+                open(lib, "w").close()
+                self.assertEqual(step_time.parse_allocator("ours:vms,k=v@baseline"), ("ours:vms,k=v", {"GMLAKE_TORCH_ALLOC_LIB": lib}))
+            with mock.patch.dict(os.environ, {}, clear=True):
+                with self.assertRaisesRegex(step_time.Bad, "no baseline library"):
+                    step_time.parse_allocator("ours:vms@baseline")
+        with self.assertRaisesRegex(step_time.Bad, "@native, @pluggable or @baseline"):
+            step_time.parse_allocator("pytorch@baseline")
         for empty in ("", "   "):
             with self.assertRaisesRegex(step_time.Bad, "needs at least one"):
                 alternate_steps.parse_compare(empty)
@@ -1552,6 +1571,38 @@ class AlternateSteps(unittest.TestCase):
             p = subprocess.run(["bash", os.path.join(HERE, "alternate-steps.sh")], capture_output=True, text=True, cwd=ROOT, timeout=30,
                                env=dict(env, TOTAL="soon"))
             self.assertEqual((p.returncode, len(p.stderr.strip().splitlines())), (2, 1), p.stderr)
+            # ours@baseline: the class built beside the baseline's library too, and its runs apart from this tree's
+            lib = os.path.join(d, "baseline.so")
+            open(lib, "w").close()
+            p = subprocess.run(["bash", os.path.join(HERE, "alternate-steps.sh")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                               env=dict(env, OUT=os.path.join(d, "out3"), GMLAKE_BASELINE_LIB=lib, GMLAKE_BASELINE_REV="abc1234",
+                                        FAKE_BUILD_LOG=os.path.join(d, "builds"), COMPARE="ours:vms/pytorch ours:vms@baseline/pytorch"))
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+            with open(os.path.join(d, "builds")) as f:
+                self.assertEqual(f.read().split("\n")[:2], ["build default", f"build {lib}"])
+            doc, _ = report_files(os.path.join(d, "out3"), "alternate-steps")
+            self.assertEqual(([r["allocator"] for r in doc["runs"]], doc["settings"]["baseline_rev"]), (["ours:vms", "ours:vms@baseline"], "abc1234"))
+
+    def test_live_baseline_unpacks_the_bundled_revision(self):
+        with tempfile.TemporaryDirectory() as d:
+            root, run = os.path.join(d, "tree"), os.path.join(d, "run")
+            lib = "baseline/packages/torch-alloc/build/lib/libgmlake_torch_alloc.so"
+            os.makedirs(os.path.join(d, "pack", os.path.dirname(lib)))
+            open(os.path.join(d, "pack", lib), "w").close()
+            os.makedirs(os.path.join(root, ".gpu"))
+            subprocess.run(["tar", "-cJf", os.path.join(root, ".gpu/baseline.tar.xz"), "-C", os.path.join(d, "pack"), "baseline"], check=True)
+            with open(os.path.join(root, ".gpu/baseline.rev"), "w") as f:
+                f.write("abc1234\n")
+            script = f'root={root}; . {os.path.join(HERE, "live-env.sh")}; live_baseline t; echo "$GMLAKE_BASELINE_LIB $GMLAKE_BASELINE_REV"'
+            p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=dict(os.environ, GMLAKE_RUN_DIR=run), timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout.split(), [os.path.join(run, lib), "abc1234"])
+            self.assertTrue(os.path.isfile(os.path.join(run, lib)))
+            self.assertEqual(os.readlink(os.path.join(run, "baseline/packages/torch-alloc/build/libnode")),
+                             os.path.join(root, "packages/torch-alloc/build/libnode"))  # this tree's libnode
+            os.remove(os.path.join(root, ".gpu/baseline.tar.xz"))  # none bundled: nothing set
+            p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={"PATH": os.environ["PATH"], "GMLAKE_RUN_DIR": run}, timeout=60)
+            self.assertEqual((p.returncode, p.stdout.strip()), (0, ""), p.stderr)
 
     # live_workloads.py itself on LargestBatch's stand-in torch and transformers, with a stand-in
     # gmlake_torch; torch's seeds, the batches' shapes and the switches logged in order
