@@ -62,6 +62,8 @@ set -uo pipefail
 t_start=$(date +%s.%N)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+# shellcheck source=live-env.sh
+. "$root/scripts/gpu/live-env.sh"
 OUT=${OUT:-$root/gpu-out}
 mkdir -p "$OUT"
 work=${GMLAKE_RUN_DIR:-/tmp/gmlake-live}
@@ -83,8 +85,9 @@ timing_allocators=${TIMING_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:
 timing_reps=${TIMING_REPS:-2}
 timing_steps=${TIMING_STEPS:-16}
 timing_time_calls=${TIMING_TIME_CALLS:-1}
-# BASELINE_LIB: a build of libgmlake_torch_alloc.so to measure against (default: the bundled baseline)
-baseline_lib=${BASELINE_LIB:-$work/baseline/packages/torch-alloc/build/lib/libgmlake_torch_alloc.so}
+# BASELINE_LIB (or GMLAKE_BASELINE_LIB): a build of libgmlake_torch_alloc.so to measure against
+# (default: the bundled baseline, where live_baseline unpacks it)
+baseline_lib=${BASELINE_LIB:-${GMLAKE_BASELINE_LIB:-$work/baseline/packages/torch-alloc/build/lib/libgmlake_torch_alloc.so}}
 baseline_rev=$(cat .gpu/baseline.rev 2>/dev/null || echo unknown)
 profile_workloads=${PROFILE_WORKLOADS:-gpt2_ft}
 profile_allocators=${PROFILE_ALLOCATORS:-pytorch-expandable pytorch ours:vms ours:expandable}
@@ -194,11 +197,7 @@ step_setup() {
   fi
   t0=$(date +%s.%N)
   tar -xJf .gpu/live.tar.xz -C "$root" || { echo "live-run: unpacking .gpu/live.tar.xz failed" >&2; exit 2; }
-  if [ -f .gpu/baseline.tar.xz ]; then
-    # the engine at another revision beside this one (bundle.sh --baseline), on this libnode
-    tar -xJf .gpu/baseline.tar.xz -C "$work" || { echo "live-run: unpacking .gpu/baseline.tar.xz failed" >&2; exit 2; }
-    ln -sfn "$root/packages/torch-alloc/build/libnode" "$work/baseline/packages/torch-alloc/build/libnode"
-  fi
+  GMLAKE_RUN_DIR=$work live_baseline live-run  # the engine at another revision beside this one (bundle.sh --baseline)
   echo "== unpacked in $(elapsed "$t0") s"
   gcc -O2 -shared -fPIC -o "$work/memsampler.so" scripts/gpu/memsampler.c -ldl -lpthread || echo "memsampler build failed"
   run oom-shim "${T_setup:-${limit[setup]}}" "$python" -m gmlake_torch build-oom-shim

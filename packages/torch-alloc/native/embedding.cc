@@ -195,11 +195,11 @@ bool Embedding::Speculate(uint32_t seen, bool draining) {
   }
   Req next;
   if (queued && !draining) return false;  // frees first (a drain follows, then this again)
+  if (queue_.Standing()) return false;       // (before the lookup: nothing to work out)
   if (!foresight_.Foresee(&next)) {
     queue_.Unanswered(FreeQueue::NoAnswer::kUnforeseen);
     return false;
   }
-  if (queue_.Standing()) return false;
   if (!throttle_.Allow()) {
     deniedInDrain_ = draining;
     queue_.Unanswered(FreeQueue::NoAnswer::kThrottled);

@@ -69,13 +69,12 @@ void Handoff::Run(Worker* worker) {
     uint32_t p = box_.posted.load(std::memory_order_acquire);
     if (p == seen) {
       double t0 = NowUs();
-      // when this wait first saw entries queued, frees among them, and the last free come
-      double pendingSince = -1, freesSince = -1, lastFreeAt = -1, freeWait = 0;
+      // when this wait first saw frees queued, and the last free come
+      double freesSince = -1, lastFreeAt = -1, freeWait = 0;
       uint32_t freesSeen = 0;
       while ((p = box_.posted.load(std::memory_order_acquire)) == seen) {
         double now = NowUs();
         if (drain_ && pending_->load(std::memory_order_relaxed) != 0) {
-          if (pendingSince < 0) pendingSince = now;
           const uint32_t frees = pendingFrees_->load(std::memory_order_relaxed);
           if (frees != 0 && freesSince < 0) {
             freesSince = now;
@@ -91,15 +90,14 @@ void Handoff::Run(Worker* worker) {
           // allocations that took answers alone go over at once: the drain is the peek for the
           // next answer, which an allocation 2 us later then finds (threading_bench, 4 allocations
           // 2 us apart: half answered ahead after a 2 us wait, 97% at once)
-          const double wait = frees != 0 ? freeWait : 0;
-          if (now - (frees == 0 ? pendingSince : quiet ? lastFreeAt : freesSince) >= wait) {
+          if (frees == 0 || now - (quiet ? lastFreeAt : freesSince) >= freeWait) {
             worker->Drain(seen);
             if (frees && tuner_.learning()) {
               tuner_.Drained(NowUs() - now, PostedSince(seen));
               freeWaitUs_.store(tuner_.WaitUs(worker->Foreseeing()), std::memory_order_relaxed);
             }
             worker->Idle(seen);
-            pendingSince = freesSince = lastFreeAt = -1;
+            freesSince = lastFreeAt = -1;
             freesSeen = 0;
             t0 = NowUs();  // frees coming in: the job is busy, keep spinning
             continue;
